@@ -1,0 +1,207 @@
+package v1beta1
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Bounds of an MPS pinned device memory limit. MPS takes the limit in whole
+// megabytes, so less than 1Mi cannot be expressed; more than 1Ti exceeds the
+// memory of any GPU and is taken for a typo (80Ti for 80Gi).
+var (
+	minPinnedDeviceMemoryLimit = resource.MustParse("1Mi")
+	maxPinnedDeviceMemoryLimit = resource.MustParse("1Ti")
+)
+
+// maxDevicesPerConfig bounds per-device keys by index and the number of
+// per-device entries: a claim's allocation holds at most this many devices.
+const maxDevicesPerConfig = resourceapi.AllocationResultsMaxSize
+
+var (
+	indexKey = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+	gpuUUID  = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	migUUID  = regexp.MustCompile(`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+)
+
+// deviceKind says which UUIDs may key per-device MPS limits.
+type deviceKind struct {
+	uuid *regexp.Regexp
+	what string // used in messages: "a GPU UUID (GPU-…)"
+}
+
+var (
+	gpuDevices = deviceKind{uuid: gpuUUID, what: "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"}
+	migDevices = deviceKind{uuid: migUUID, what: "a MIG device UUID (MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"}
+)
+
+// Validate reports every invalid field of the GpuConfig. It accepts a config
+// before and after Default; it does not look at TypeMeta, which Decode
+// checks.
+func (c *GpuConfig) Validate() field.ErrorList {
+	if c == nil {
+		return nil
+	}
+	return c.Sharing.validate(field.NewPath("sharing"))
+}
+
+// Validate reports every invalid field of the MigDeviceConfig. It accepts a
+// config before and after Default; it does not look at TypeMeta, which
+// Decode checks.
+func (c *MigDeviceConfig) Validate() field.ErrorList {
+	if c == nil {
+		return nil
+	}
+	return c.Sharing.validate(field.NewPath("sharing"))
+}
+
+func (s *GpuSharing) validate(path *field.Path) field.ErrorList {
+	if s == nil {
+		return nil
+	}
+	errs := validateStrategy(s.Strategy, GpuSharingStrategies, path.Child("strategy"))
+	known := len(errs) == 0
+	if s.TimeSlicingConfig != nil {
+		p := path.Child("timeSlicingConfig")
+		if known && s.Strategy != TimeSlicingStrategy {
+			errs = append(errs, subConfigForbidden(p, TimeSlicingStrategy, s.Strategy))
+		} else {
+			errs = append(errs, s.TimeSlicingConfig.validate(p)...)
+		}
+	}
+	if s.MPSConfig != nil {
+		p := path.Child("mpsConfig")
+		if known && s.Strategy != MPSStrategy {
+			errs = append(errs, subConfigForbidden(p, MPSStrategy, s.Strategy))
+		} else {
+			errs = append(errs, s.MPSConfig.validate(p, gpuDevices)...)
+		}
+	}
+	return errs
+}
+
+func (s *MigDeviceSharing) validate(path *field.Path) field.ErrorList {
+	if s == nil {
+		return nil
+	}
+	errs := validateStrategy(s.Strategy, MigDeviceSharingStrategies, path.Child("strategy"))
+	known := len(errs) == 0
+	if s.MPSConfig != nil {
+		p := path.Child("mpsConfig")
+		if known && s.Strategy != MPSStrategy {
+			errs = append(errs, subConfigForbidden(p, MPSStrategy, s.Strategy))
+		} else {
+			errs = append(errs, s.MPSConfig.validate(p, migDevices)...)
+		}
+	}
+	return errs
+}
+
+func validateStrategy(s SharingStrategy, supported []SharingStrategy, path *field.Path) field.ErrorList {
+	switch {
+	case s == "":
+		return field.ErrorList{field.Required(path,
+			fmt.Sprintf("must be one of %s; leave sharing out for Exclusive", quoted(supported)))}
+	case !slices.Contains(supported, s):
+		return field.ErrorList{field.NotSupported(path, s, supported)}
+	}
+	return nil
+}
+
+func subConfigForbidden(path *field.Path, owner, actual SharingStrategy) *field.Error {
+	return field.Forbidden(path, fmt.Sprintf("may only be set when strategy is %q, not %q", owner, actual))
+}
+
+func (c *TimeSlicingConfig) validate(path *field.Path) field.ErrorList {
+	if c == nil || c.Interval == nil {
+		return nil
+	}
+	if !slices.Contains(TimeSliceIntervals, *c.Interval) {
+		return field.ErrorList{field.NotSupported(path.Child("interval"), *c.Interval, TimeSliceIntervals)}
+	}
+	return nil
+}
+
+func (c *MPSConfig) validate(path *field.Path, devices deviceKind) field.ErrorList {
+	if c == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if p := c.DefaultActiveThreadPercentage; p != nil && (*p < 1 || *p > 100) {
+		errs = append(errs, field.Invalid(path.Child("defaultActiveThreadPercentage"), *p,
+			"must be a percentage of the device's threads from 1 to 100"))
+	}
+	if q := c.DefaultPinnedDeviceMemoryLimit; q != nil {
+		errs = append(errs, validatePinnedLimit(*q, path.Child("defaultPinnedDeviceMemoryLimit"))...)
+	}
+	if m := c.DefaultPerDevicePinnedMemoryLimit; m != nil {
+		p := path.Child("defaultPerDevicePinnedMemoryLimit")
+		if len(m) > maxDevicesPerConfig {
+			errs = append(errs, field.TooMany(p, len(m), maxDevicesPerConfig))
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			errs = append(errs, validateDeviceKey(k, p.Key(k), devices)...)
+			errs = append(errs, validatePinnedLimit(m[k], p.Key(k))...)
+		}
+	}
+	if pr := c.ClientPriority; pr != nil && !slices.Contains(MPSClientPriorities, *pr) {
+		errs = append(errs, field.NotSupported(path.Child("clientPriority"), *pr, MPSClientPriorities))
+	}
+	return errs
+}
+
+func validatePinnedLimit(q resource.Quantity, path *field.Path) field.ErrorList {
+	var detail string
+	switch {
+	case q.Sign() < 0:
+		detail = "must not be negative"
+	case q.Sign() == 0:
+		detail = "must be greater than zero; leave the limit out to derive it from the claim's capacity"
+	case q.Cmp(minPinnedDeviceMemoryLimit) < 0:
+		detail = "must be at least 1Mi: MPS counts pinned device memory in whole megabytes"
+	case q.Cmp(maxPinnedDeviceMemoryLimit) > 0:
+		detail = "must be at most 1Ti, more than the memory of any GPU"
+	default:
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, q.String(), detail)}
+}
+
+func validateDeviceKey(key string, path *field.Path, devices deviceKind) field.ErrorList {
+	if devices.uuid.MatchString(key) {
+		return nil
+	}
+	if indexKey.MatchString(key) {
+		if i, err := strconv.Atoi(key); err == nil && i < maxDevicesPerConfig {
+			return nil
+		}
+		return field.ErrorList{field.Invalid(path, key,
+			fmt.Sprintf("device index must be from 0 to %d: a claim holds at most %d devices",
+				maxDevicesPerConfig-1, maxDevicesPerConfig))}
+	}
+	return field.ErrorList{field.Invalid(path, key,
+		fmt.Sprintf("key must be %s in lowercase as nvidia-smi -L prints it, or a device index from 0 to %d without leading zeros",
+			devices.what, maxDevicesPerConfig-1))}
+}
+
+// quoted renders values as `"A", "B", "C"` for messages.
+func quoted[T ~string](values []T) string {
+	s := ""
+	for i, v := range values {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Quote(string(v))
+	}
+	return s
+}
