@@ -1,0 +1,244 @@
+package v1beta1
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	yamlv2 "go.yaml.in/yaml/v2"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// MaxConfigBytes is the largest config Decode accepts: the limit the API
+// server puts on opaque parameters, so the plugin and the webhook agree with
+// it even for configs that did not come through the API server.
+const MaxConfigBytes = resourceapi.OpaqueParametersMaxLength
+
+var (
+	scheme = newScheme()
+	// strictDecoder rejects unknown and duplicate fields (and fields whose
+	// case differs from the API's) as strict decoding errors.
+	strictDecoder = jsonserializer.NewSerializerWithOptions(
+		jsonserializer.DefaultMetaFactory, scheme, scheme,
+		jsonserializer.SerializerOptions{Strict: true},
+	)
+)
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(AddToScheme(s))
+	return s
+}
+
+// Decode strictly decodes one GpuConfig or MigDeviceConfig from JSON or
+// YAML. It fails, naming the offending field, on:
+//   - a missing or other apiVersion than gpu.dra.dev/v1beta1,
+//   - a missing or unknown kind,
+//   - an unknown field, or a field spelt with other case than the API's,
+//   - a field given twice,
+//   - a value of the wrong type (a string where a number belongs),
+//   - more than MaxConfigBytes of input.
+//
+// It neither defaults nor validates; see DecodeDefaultValidate.
+func Decode(data []byte) (Config, error) {
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("decode config: %d bytes is more than the %d bytes opaque parameters may have",
+			len(data), MaxConfigBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("decode config: config is empty")
+	}
+	jsonData := data
+	if !utilyaml.IsJSONBuffer(data) {
+		var err error
+		if jsonData, err = yamlToJSON(data); err != nil {
+			return nil, fmt.Errorf("decode config as YAML: %w", err)
+		}
+	}
+	kind, err := checkTypeMeta(jsonData)
+	if err != nil {
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	obj, _, err := strictDecoder.Decode(jsonData, nil, nil)
+	if err != nil {
+		// A strict decoding error comes with a filled-in object; it is
+		// still an error.
+		if !runtime.IsStrictDecodingError(err) {
+			// A malformed quantity fails without naming its field.
+			if errs := quantityErrors(jsonData); len(errs) > 0 {
+				err = errs.ToAggregate()
+			}
+		}
+		return nil, fmt.Errorf("decode %s: %w", kind, err)
+	}
+	cfg, ok := obj.(Config)
+	if !ok {
+		return nil, fmt.Errorf("decode %s: decoded a %T, which is not a config of this API", kind, obj)
+	}
+	return cfg, nil
+}
+
+// DecodeDefaultValidate decodes a config with Decode, defaults it and
+// validates it. It is the one entry point the kubelet plugin and the
+// admission webhook share. On a validation failure the error lists every
+// field error (it wraps a k8s.io/apimachinery/pkg/util/errors.Aggregate of
+// *field.Error) and no object is returned.
+func DecodeDefaultValidate(data []byte) (Config, error) {
+	cfg, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Default()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s: %w", cfg.GetObjectKind().GroupVersionKind().Kind, errs.ToAggregate())
+	}
+	return cfg, nil
+}
+
+// checkTypeMeta checks apiVersion and kind before decoding, so that an
+// unknown kind is reported as such (the scheme also knows meta kinds such as
+// WatchEvent, which are no configs) and the message lists what is supported.
+func checkTypeMeta(jsonData []byte) (string, error) {
+	var doc any
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(jsonData, &doc); err != nil {
+		return "", fmt.Errorf("config is not valid JSON: %w", err)
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return "", fmt.Errorf("config must be an object, not %s", jsonType(doc))
+	}
+	// Map keys are case-sensitive, like the strict decoder: "Kind" is not
+	// "kind".
+	apiVersion, apiVersionErr := typeMetaString(obj, "apiVersion")
+	kind, kindErr := typeMetaString(obj, "kind")
+	var errs field.ErrorList
+	switch gv := GroupVersion.String(); {
+	case apiVersionErr != nil:
+		errs = append(errs, apiVersionErr)
+	case apiVersion == "":
+		errs = append(errs, field.Required(field.NewPath("apiVersion"), fmt.Sprintf("must be %q", gv)))
+	case apiVersion != gv:
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), apiVersion, []string{gv}))
+	}
+	switch {
+	case kindErr != nil:
+		errs = append(errs, kindErr)
+	case kind == "":
+		errs = append(errs, field.Required(field.NewPath("kind"), fmt.Sprintf("must be one of %s", quoted(kinds))))
+	case !slices.Contains(kinds, kind):
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), kind, kinds))
+	}
+	if len(errs) > 0 {
+		return "", errs.ToAggregate()
+	}
+	return kind, nil
+}
+
+// typeMetaString returns obj[key] if it is a string or missing (""), and an
+// error naming the field otherwise.
+func typeMetaString(obj map[string]any, key string) (string, *field.Error) {
+	switch v := obj[key].(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	default:
+		return "", field.Invalid(field.NewPath(key), v, fmt.Sprintf("must be a string, not %s", jsonType(v)))
+	}
+}
+
+// jsonType names the JSON type of a value decoded into any.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+// yamlToJSON converts a single YAML document to JSON. Strict conversion
+// reports keys given twice, which plain conversion would silently merge, and
+// a second document is an error rather than silently dropped.
+func yamlToJSON(data []byte) ([]byte, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	docs := 0
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if docs++; docs > 1 {
+			return nil, errors.New("config must be a single YAML document, found a second after ---")
+		}
+	}
+	return yaml.YAMLToJSONStrict(data)
+}
+
+// quantityErrors finds the quantities in a config that do not parse and
+// reports them with their field paths. The JSON decoder reports such a
+// quantity only by the parser's message; this names the field.
+func quantityErrors(jsonData []byte) field.ErrorList {
+	var doc struct {
+		Sharing struct {
+			MPSConfig struct {
+				DefaultPinnedDeviceMemoryLimit    json.RawMessage            `json:"defaultPinnedDeviceMemoryLimit"`
+				DefaultPerDevicePinnedMemoryLimit map[string]json.RawMessage `json:"defaultPerDevicePinnedMemoryLimit"`
+			} `json:"mpsConfig"`
+		} `json:"sharing"`
+	}
+	// Non-strict and tolerant: this runs only to explain an error that the
+	// strict decoder already found.
+	_ = kjson.UnmarshalCaseSensitivePreserveInts(jsonData, &doc)
+	mps := doc.Sharing.MPSConfig
+	path := field.NewPath("sharing", "mpsConfig")
+	var errs field.ErrorList
+	check := func(raw json.RawMessage, p *field.Path) {
+		var q resource.Quantity
+		if raw == nil {
+			return
+		}
+		if err := q.UnmarshalJSON(raw); err != nil {
+			var value any = string(raw)
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				value = s
+			}
+			errs = append(errs, field.Invalid(p, value, "must be a quantity of bytes such as 512Mi or 16Gi"))
+		}
+	}
+	check(mps.DefaultPinnedDeviceMemoryLimit, path.Child("defaultPinnedDeviceMemoryLimit"))
+	keys := make([]string, 0, len(mps.DefaultPerDevicePinnedMemoryLimit))
+	for k := range mps.DefaultPerDevicePinnedMemoryLimit {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		check(mps.DefaultPerDevicePinnedMemoryLimit[k], path.Child("defaultPerDevicePinnedMemoryLimit").Key(k))
+	}
+	return errs
+}
