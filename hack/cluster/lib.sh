@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# Shared settings for hack/cluster/*.sh. Sourced, not executed.
+
+GDD_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+GDD_TOOLS_DIR=$GDD_REPO_ROOT/hack/tools
+GDD_K8S_VERSION=v1.37.2
+GDD_CONTAINERD_VERSION=v2.4.2
+
+# Where binaries are cached (outside the clone, shared by all clones of the repo).
+GDD_CACHE_ROOT=${GPU_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-dra-driver}
+
+# gdd_cache_key hashes everything that decides the cached binaries: both tool
+# modules' go.sum and the build script itself.
+gdd_cache_key() {
+	cat "$GDD_TOOLS_DIR/go.sum" "$GDD_TOOLS_DIR/helm/go.sum" "$GDD_REPO_ROOT/hack/cluster/build.sh" |
+		sha256sum | cut -c1-12
+}
+
+GDD_CLUSTER_CACHE=$GDD_CACHE_ROOT/cluster-$GDD_K8S_VERSION-$(gdd_cache_key)
+GDD_BIN=$GDD_CLUSTER_CACHE/bin
+GDD_IMAGES=$GDD_CLUSTER_CACHE/images
+
+# Image references of the images built by build.sh and imported by up.sh.
+GDD_PAUSE_IMAGE=gdd.local/pause:v1
+GDD_DEMO_IMAGE=gdd.local/demo:v1
+
+gdd_start_time=${gdd_start_time:-$(date +%s)}
+
+# gdd_log prints a progress line with the time since the script started.
+gdd_log() {
+	local now
+	now=$(date +%s)
+	printf '[%s +%4ss] %s\n' "$(date +%H:%M:%S)" "$((now - gdd_start_time))" "$*" >&2
+}
+
+gdd_die() {
+	gdd_log "ERROR: $*"
+	exit 1
+}
+
+# gdd_fmt_duration prints a number of seconds as 1m23s.
+gdd_fmt_duration() {
+	printf '%dm%02ds' "$(($1 / 60))" "$(($1 % 60))"
+}
