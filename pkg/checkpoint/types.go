@@ -1,0 +1,162 @@
+// Package checkpoint is the kubelet plugin's crash-safe record of prepared
+// ResourceClaims: which claims it prepared on this node, with which devices,
+// MIG instances and sharing set-ups, and how far each preparation got.
+//
+// The record is a single versioned JSON file (see docs/checkpoint.md). Fields
+// are only ever added within a major format version, and readers ignore
+// fields they do not know, so a plugin can read the checkpoint written by the
+// previous and by the next release.
+package checkpoint
+
+import (
+	"encoding/json"
+	"iter"
+	"maps"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ClaimState says how far the preparation of a claim got.
+type ClaimState string
+
+const (
+	// PrepareStarted is recorded before the plugin changes anything on the
+	// node for a claim (creates MIG instances, starts sharing daemons, writes
+	// the CDI spec). Finding a claim in this state after a restart means the
+	// preparation may have been interrupted half-way: the plugin must undo or
+	// redo it, using the recorded devices to find what it may have created.
+	PrepareStarted ClaimState = "PrepareStarted"
+	// PrepareCompleted is recorded once everything for the claim exists and
+	// its CDI device IDs were returned to the kubelet.
+	PrepareCompleted ClaimState = "PrepareCompleted"
+)
+
+// Device kinds used by this driver. PreparedDevice.Kind is free-form so that
+// later features can add kinds without changing the format.
+const (
+	// DeviceKindGPU is a whole physical GPU.
+	DeviceKindGPU = "gpu"
+	// DeviceKindMIG is a MIG device (GPU instance plus compute instance).
+	DeviceKindMIG = "mig"
+)
+
+// PreparedClaim is the record of one claim prepared on this node.
+type PreparedClaim struct {
+	// UID is the ResourceClaim's UID; the checkpoint is keyed by it.
+	UID types.UID `json:"uid"`
+	// Namespace and Name identify the ResourceClaim for logs and operators.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// State is how far the preparation got.
+	State ClaimState `json:"state"`
+	// Devices are the allocated devices the plugin prepared (or started to
+	// prepare) for the claim, in allocation result order.
+	Devices []PreparedDevice `json:"devices,omitempty"`
+}
+
+// PreparedDevice is one allocated device of a prepared claim.
+type PreparedDevice struct {
+	// Request, Pool and Device are copied from the claim's allocation result.
+	Request string `json:"request"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
+	// ShareID is the allocation result's share ID for devices allocated with
+	// consumable capacity; empty otherwise.
+	ShareID string `json:"shareID,omitempty"`
+	// Kind says what the device is, for example DeviceKindGPU or
+	// DeviceKindMIG.
+	Kind string `json:"kind"`
+	// UUIDs are the NVIDIA UUIDs (GPU-… or MIG-…) the container gets.
+	UUIDs []string `json:"uuids,omitempty"`
+	// CDIDeviceIDs are the fully qualified CDI device IDs returned to the
+	// kubelet for this device.
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// MIG describes the MIG instance behind a DeviceKindMIG device.
+	MIG *MigInstance `json:"mig,omitempty"`
+	// Sharing describes how the device is shared, if it is.
+	Sharing *Sharing `json:"sharing,omitempty"`
+}
+
+// MigInstance identifies a MIG GPU instance and compute instance well enough
+// to find it again, and to delete it, after a restart.
+type MigInstance struct {
+	// ParentUUID is the UUID of the physical GPU.
+	ParentUUID string `json:"parentUUID"`
+	// GIProfileID is the NVML GPU instance profile ID.
+	GIProfileID uint32 `json:"giProfileID"`
+	// Placement is where the GPU instance sits on the parent GPU.
+	Placement MigPlacement `json:"placement"`
+	// GIID and CIID are the NVML GPU instance and compute instance IDs.
+	GIID uint32 `json:"giID"`
+	CIID uint32 `json:"ciID"`
+	// CreatedByDriver is true when this plugin created the instance (and so
+	// must delete it on unprepare); false when it already existed.
+	CreatedByDriver bool `json:"createdByDriver"`
+}
+
+// MigPlacement is a GPU instance placement: the first memory slice and the
+// number of slices.
+type MigPlacement struct {
+	Start uint32 `json:"start"`
+	Size  uint32 `json:"size"`
+}
+
+// Sharing records how a device is shared between containers.
+type Sharing struct {
+	// Strategy names the sharing strategy, for example "TimeSlicing" or "MPS".
+	Strategy string `json:"strategy"`
+	// Config holds strategy-specific details (for example the MPS control
+	// daemon's pipe directory). Its layout belongs to the sharing code; the
+	// checkpoint stores it verbatim.
+	Config json.RawMessage `json:"config,omitempty"`
+}
+
+// Checkpoint is the set of claims prepared on this node. The zero value is an
+// empty checkpoint ready to use.
+type Checkpoint struct {
+	// Claims maps claim UIDs to their records.
+	Claims map[types.UID]*PreparedClaim `json:"claims"`
+}
+
+// New returns an empty checkpoint.
+func New() *Checkpoint {
+	return &Checkpoint{Claims: map[types.UID]*PreparedClaim{}}
+}
+
+// Get returns the record of the claim with the given UID.
+func (c *Checkpoint) Get(uid types.UID) (*PreparedClaim, bool) {
+	claim, ok := c.Claims[uid]
+	return claim, ok
+}
+
+// Put adds or replaces the record of claim.UID.
+func (c *Checkpoint) Put(claim *PreparedClaim) {
+	if c.Claims == nil {
+		c.Claims = map[types.UID]*PreparedClaim{}
+	}
+	c.Claims[claim.UID] = claim
+}
+
+// Delete removes the record of the claim with the given UID, if any.
+func (c *Checkpoint) Delete(uid types.UID) {
+	delete(c.Claims, uid)
+}
+
+// Len returns the number of recorded claims.
+func (c *Checkpoint) Len() int {
+	return len(c.Claims)
+}
+
+// All iterates over the recorded claims in UID order, so that logs and
+// reconciliation are deterministic. The checkpoint must not be modified
+// during the iteration.
+func (c *Checkpoint) All() iter.Seq2[types.UID, *PreparedClaim] {
+	return func(yield func(types.UID, *PreparedClaim) bool) {
+		for _, uid := range slices.Sorted(maps.Keys(c.Claims)) {
+			if !yield(uid, c.Claims[uid]) {
+				return
+			}
+		}
+	}
+}
