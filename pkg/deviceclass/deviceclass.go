@@ -1,0 +1,59 @@
+// Package deviceclass defines the DeviceClasses of the driver in one place:
+// the YAML shipped under deployments/, the chart and the tests all come
+// from here, so a selector cannot drift between them.
+package deviceclass
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+)
+
+// Class describes one DeviceClass: the kind of use it grants.
+type Class struct {
+	// Prefix is prepended to the driver name: "" gives "gpu.dra.dev".
+	Prefix string
+	// DeviceType is the value of the device's type attribute it selects.
+	DeviceType  string
+	Description string
+}
+
+// Classes lists the driver's DeviceClasses.
+var Classes = []Class{
+	{Prefix: "", DeviceType: devicemodel.TypeGPU, Description: "A whole GPU, exclusively."},
+}
+
+// Name is the class's object name for a driver.
+func (c Class) Name(driverName string) string {
+	if c.Prefix == "" {
+		return driverName
+	}
+	return c.Prefix + "." + driverName
+}
+
+// Selector is the CEL expression selecting the class's devices.
+func (c Class) Selector(driverName string) string {
+	return fmt.Sprintf("device.driver == %q && device.attributes[%q].%s == %q",
+		driverName, driverName, devicemodel.AttrType, c.DeviceType)
+}
+
+// DeviceClasses renders all classes for a driver name.
+func DeviceClasses(driverName string) []*resourceapi.DeviceClass {
+	out := make([]*resourceapi.DeviceClass, 0, len(Classes))
+	for _, c := range Classes {
+		out = append(out, &resourceapi.DeviceClass{
+			TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        c.Name(driverName),
+				Annotations: map[string]string{"gpu.dra.dev/description": c.Description},
+			},
+			Spec: resourceapi.DeviceClassSpec{
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: c.Selector(driverName)}}},
+			},
+		})
+	}
+	return out
+}
