@@ -1,0 +1,64 @@
+# shellcheck shell=bash
+# Settings of a local cluster run, shared by up.sh, down.sh and smoke.sh. Sourced.
+# Every setting is an environment variable with a default; up.sh/down.sh flags set
+# the same variables.
+
+# shellcheck source=hack/cluster/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# gdd_set_state_dir derives every path from the state directory. Unix socket paths
+# must stay below 108 bytes, so the state directory has to be short.
+gdd_set_state_dir() {
+	GDD_STATE_DIR=$(realpath -m "$1")
+	S=$GDD_STATE_DIR
+	GDD_PKI=$S/pki
+	GDD_KUBECONFIG=$S/kubeconfig
+	GDD_LOGS=$S/logs
+	GDD_PIDS=$S/pids
+	GDD_ETCD_DIR=$S/etcd
+	GDD_CTRD_DIR=$S/containerd
+	GDD_CTRD_SOCK=$GDD_CTRD_DIR/containerd.sock
+	GDD_RUNC_ROOT=$GDD_CTRD_DIR/runc
+	GDD_KUBELET_DIR=$S/kubelet
+	GDD_CNI_CONF_DIR=$S/cni/net.d
+	GDD_CNI_IPAM_DIR=$S/cni/ipam
+}
+
+gdd_set_state_dir "${GDD_STATE_DIR:-/tmp/gdd}"
+GDD_NODE_NAME=${GDD_NODE_NAME:-gpu-node-0}
+GDD_APISERVER_PORT=${GDD_APISERVER_PORT:-6443}
+GDD_SERVICE_CIDR=${GDD_SERVICE_CIDR:-10.96.0.0/16}
+GDD_SERVICE_IP=${GDD_SERVICE_IP:-10.96.0.1} # first address of GDD_SERVICE_CIDR
+GDD_POD_CIDR=${GDD_POD_CIDR:-10.244.0.0/24}
+GDD_CNI_BRIDGE=${GDD_CNI_BRIDGE:-gddbr0}
+GDD_SNAPSHOTTER=${GDD_SNAPSHOTTER:-auto}
+GDD_CDI_PREFIX=${GDD_CDI_PREFIX:-k8s.gpu.dra.dev}
+GDD_VERBOSITY=${GDD_VERBOSITY:-2}
+GDD_TIMEOUT=${GDD_TIMEOUT:-180}
+
+# GenericWorkload (beta, off by default in 1.37): Workload and PodGroup API
+# (scheduling.k8s.io/v1beta1) plus the GangScheduling and PodGroupPodsCount
+# scheduler plugins and the PodGroup protection controller.
+# DRAWorkloadResourceClaims (beta, off by default): ResourceClaims reserved for and
+# shared by a whole PodGroup. DynamicResourceAllocation and DRAExtendedResource are
+# GA and locked on in 1.37, so they are not listed.
+GDD_FEATURE_GATES=${GDD_FEATURE_GATES:-GenericWorkload=true,DRAWorkloadResourceClaims=true}
+if [[ -n ${GDD_EXTRA_FEATURE_GATES:-} ]]; then
+	GDD_FEATURE_GATES=$GDD_FEATURE_GATES,$GDD_EXTRA_FEATURE_GATES
+fi
+# Beta API versions are off by default: serve the Workload/PodGroup API.
+GDD_RUNTIME_CONFIG=${GDD_RUNTIME_CONFIG:-scheduling.k8s.io/v1beta1=true}
+
+# The Kubernetes components, in start order (containerd and kubelet last).
+GDD_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+
+# gdd_pid NAME prints the PID of a component of this state dir if it still runs
+# the expected binary (guards against PID reuse), and fails otherwise.
+gdd_pid() {
+	local name=$1 pid exe
+	pid=$(cat "$GDD_PIDS/$name.pid" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+	[[ $(basename "${exe% (deleted)}") == "$name" ]]
+	echo "$pid"
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Stops the local cluster that hack/cluster/up.sh started and removes what it left
+# on the host. Idempotent: safe to run when nothing runs or after a crash.
+#
+# Usage: hack/cluster/down.sh [--state-dir DIR] [--purge] [--quiet]
+#   --state-dir DIR  state directory (env GDD_STATE_DIR, default /tmp/gdd)
+#   --purge          also remove the logs (default: keep $GDD_STATE_DIR/logs)
+#   --quiet          only print errors
+#
+# Order: kubelet first (so it restarts nothing), then every k8s.io container and
+# task through ctr, containerd, any runc container or shim still left, the control
+# plane, then every mount below the state dir, the CNI bridge, CDI specs named
+# /var/run/cdi/${GDD_CDI_PREFIX:-k8s.gpu.dra.dev}*, and the state dir. The binary
+# cache is not touched.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+# shellcheck source=hack/cluster/config.sh
+source ./config.sh
+
+purge=false
+quiet=false
+while (($#)); do
+	case $1 in
+	--state-dir)
+		gdd_set_state_dir "$2"
+		shift
+		;;
+	--purge) purge=true ;;
+	--quiet) quiet=true ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) gdd_die "unknown argument $1 (see --help)" ;;
+	esac
+	shift
+done
+
+[[ $(id -u) == 0 ]] || gdd_die "down.sh needs root"
+[[ $GDD_STATE_DIR != / && ${#GDD_STATE_DIR} -gt 4 ]] || gdd_die "refusing state dir '$GDD_STATE_DIR'"
+
+say() { $quiet || gdd_log "$@"; }
+
+# stop NAME [GRACE-SECONDS]: SIGTERM, then SIGKILL after the grace period.
+stop() {
+	local name=$1 grace=${2:-10} pid i
+	pid=$(gdd_pid "$name") || {
+		rm -f "$GDD_PIDS/$name.pid"
+		return 0
+	}
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < grace * 10; i++)); do
+		[[ -d /proc/$pid ]] || break
+		sleep 0.1
+	done
+	if [[ -d /proc/$pid ]]; then
+		say "$name (pid $pid) did not stop after ${grace}s; killing"
+		kill -KILL "$pid" 2>/dev/null || true
+		while [[ -d /proc/$pid ]]; do sleep 0.1; done
+	fi
+	rm -f "$GDD_PIDS/$name.pid"
+	say "stopped $name (pid $pid)"
+}
+
+ctr_() { "$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" --timeout 10s -n k8s.io "$@"; }
+
+# remove_containers deletes every task and container in containerd's k8s.io
+# namespace (pod containers and sandboxes) while containerd still runs.
+remove_containers() {
+	gdd_pid containerd >/dev/null && [[ -x $GDD_BIN/ctr ]] || return 0
+	local id n=0
+	for id in $(ctr_ tasks ls -q 2>/dev/null); do
+		ctr_ tasks kill --all --signal SIGKILL "$id" >/dev/null 2>&1 || true
+	done
+	for id in $(ctr_ tasks ls -q 2>/dev/null); do
+		ctr_ tasks delete --force "$id" >/dev/null 2>&1 || true
+	done
+	for id in $(ctr_ containers ls -q 2>/dev/null); do
+		ctr_ containers delete "$id" >/dev/null 2>&1 || true
+		n=$((n + 1))
+	done
+	say "removed $n containers/sandboxes"
+}
+
+# remove_leftovers handles containers whose containerd is gone: runc state lives
+# under our runc root, shims carry our containerd socket on their command line.
+remove_leftovers() {
+	local id pid root=$GDD_RUNC_ROOT/k8s.io
+	if [[ -d $root ]] && command -v runc >/dev/null; then
+		for id in $(runc --root "$root" list -q 2>/dev/null); do
+			runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1 || true
+			runc --root "$root" delete --force "$id" >/dev/null 2>&1 || true
+			say "removed leftover runc container $id"
+		done
+	fi
+	for pid in $(pgrep -f -- "-address $GDD_CTRD_SOCK" || true); do
+		[[ $(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)") == containerd-shim-runc-v2 ]] || continue
+		kill -KILL "$pid" 2>/dev/null && say "killed leftover shim $pid"
+	done
+}
+
+# mounts_below prints the mount points under the state dir, deepest first.
+mounts_below() {
+	local mp
+	while read -r _ _ _ _ mp _; do
+		mp=$(printf '%b' "${mp//\\/\\0}") # mountinfo escapes octal: \040
+		[[ $mp == "$GDD_STATE_DIR"/* || $mp == "$GDD_STATE_DIR" ]] && echo "$mp"
+	done </proc/self/mountinfo | awk '{print length, $0}' | sort -rn | cut -d' ' -f2-
+}
+
+unmount_all() {
+	local mp n=0 round
+	for round in 1 2 3; do
+		while IFS= read -r mp; do
+			[[ -n $mp ]] || continue
+			umount "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null || true
+			n=$((n + 1))
+		done < <(mounts_below)
+		[[ -z $(mounts_below) ]] && break
+	done
+	((n == 0)) || say "unmounted $n mounts"
+	[[ -z $(mounts_below) ]]
+}
+
+main() {
+	if [[ ! -e $GDD_STATE_DIR ]]; then
+		say "nothing to do: $GDD_STATE_DIR does not exist"
+		return 0
+	fi
+	stop kubelet 15
+	remove_containers
+	stop containerd 10
+	remove_leftovers
+	stop kube-scheduler
+	stop kube-controller-manager
+	stop kube-apiserver
+	stop etcd
+
+	unmount_all || gdd_die "mounts left under $GDD_STATE_DIR: $(mounts_below | tr '\n' ' '); not removing it"
+	if ip link show "$GDD_CNI_BRIDGE" >/dev/null 2>&1; then
+		ip link delete "$GDD_CNI_BRIDGE" && say "deleted bridge $GDD_CNI_BRIDGE"
+	fi
+	local f
+	for f in /var/run/cdi/"$GDD_CDI_PREFIX"*; do
+		[[ -e $f ]] || continue
+		rm -f -- "$f" && say "removed CDI spec $f"
+	done
+
+	if $purge; then
+		rm -rf --one-file-system -- "$GDD_STATE_DIR"
+	else
+		find "$GDD_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf --one-file-system -- {} +
+	fi
+	if $purge; then
+		say "cluster in $GDD_STATE_DIR is down"
+	else
+		say "cluster in $GDD_STATE_DIR is down; logs kept in $GDD_LOGS"
+	fi
+}
+
+main

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Smoke check of the local cluster: up.sh, a busybox pod from the demo image on the
+# bridge CNI network (hostNetwork: false), `kubectl exec ... cat /proc/1/status`,
+# the Workload/PodGroup and DRA APIs being served, then down.sh.
+#
+# Usage: hack/cluster/smoke.sh [--keep] [up.sh flags...]
+#   --keep  leave the cluster running afterwards (default: down.sh on exit)
+# Environment: as for up.sh (GDD_STATE_DIR, ...).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+# shellcheck source=hack/cluster/config.sh
+source ./config.sh
+
+keep=false
+args=()
+for a in "$@"; do
+	case $a in
+	--keep) keep=true ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) args+=("$a") ;;
+	esac
+done
+# Follow a --state-dir given for up.sh.
+for ((i = 0; i < ${#args[@]}; i++)); do
+	[[ ${args[i]} == --state-dir ]] && gdd_set_state_dir "${args[i + 1]}"
+done
+export GDD_STATE_DIR
+
+teardown() {
+	local rc=$?
+	if ((rc != 0)); then
+		gdd_log "smoke check FAILED (exit $rc); component logs in $GDD_LOGS"
+		kubectl describe pod smoke 2>/dev/null | tail -n 20 >&2 || true
+	fi
+	$keep || ./down.sh --state-dir "$GDD_STATE_DIR"
+	exit "$rc"
+}
+trap teardown EXIT
+
+t0=$(date +%s)
+./up.sh "${args[@]}" >/dev/null
+t_up=$(($(date +%s) - t0))
+# shellcheck disable=SC1091
+source "$GDD_STATE_DIR/env"
+
+gdd_log "API check: Workload/PodGroup (scheduling.k8s.io/v1beta1) and DRA (resource.k8s.io/v1)"
+for r in workloads.scheduling.k8s.io podgroups.scheduling.k8s.io resourceclaims.resource.k8s.io \
+	resourceslices.resource.k8s.io deviceclasses.resource.k8s.io; do
+	kubectl api-resources -o name | grep -qx "$r" || gdd_die "API resource $r is not served"
+done
+
+t1=$(date +%s)
+kubectl apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: smoke
+  namespace: default
+spec:
+  hostNetwork: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: busybox
+    image: $GDD_DEMO_IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+EOF
+kubectl wait --for=condition=Ready pod/smoke --timeout=120s
+t_pod=$(($(date +%s) - t1))
+
+ip=$(kubectl get pod smoke -o jsonpath='{.status.podIP}')
+gdd_log "pod smoke Running with IP $ip (bridge CNI $GDD_CNI_BRIDGE, $GDD_POD_CIDR)"
+[[ -n $ip && $ip != "$(kubectl get pod smoke -o jsonpath='{.status.hostIP}')" ]] ||
+	gdd_die "pod has no pod-network IP (got '$ip')"
+
+status=$(kubectl exec smoke -- cat /proc/1/status)
+printf '%s\n' "$status" | head -n 8
+grep -q $'^Name:\tsleep' <<<"$status" || gdd_die "PID 1 of the pod is not sleep"
+if command -v ping >/dev/null; then
+	ping -c1 -W2 "$ip" >/dev/null || gdd_die "pod IP $ip is not reachable from the host"
+	gdd_log "pod IP $ip reachable from the host"
+fi
+
+gdd_log "smoke check passed: up ${t_up}s, pod Ready ${t_pod}s after apply"
