@@ -1,0 +1,231 @@
+package nvmlsim
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// Driver root: the files of an NVIDIA driver installation that a container runtime (through CDI
+// specs or nvidia-container-toolkit) gives to containers. Device nodes are real character devices
+// with the numbers of /dev/null (1:3), so that containers can open them harmlessly.
+
+// nullDev is /dev/null's device number, major 1 minor 3, in Linux's encoding.
+const nullDev = 1<<8 | 3
+
+// migMinorsGPUs is how many GPUs /proc/driver/nvidia-caps/mig-minors always lists (the driver's
+// device limit), and the MIG capability minor layout: config 1, monitor 2, then per GPU 15 GPU
+// instances of 1 + 8 minors (gi access, then ci0..ci7 access), 135 per GPU. The MIG User Guide
+// shows the ends of that file: gpu0/gi0/access 3 and gpu31/gi14/ci7/access 4322.
+const (
+	migMinorsGPUs   = 32
+	migGIsPerGPU    = 15
+	migCIsPerGI     = 8
+	migMinorsPerGI  = 1 + migCIsPerGI
+	migMinorsPerGPU = migGIsPerGPU * migMinorsPerGI
+)
+
+// giAccessMinor is the nvidia-caps minor of gpu<gpuMinor>/gi<gi>/access.
+func giAccessMinor(gpuMinor, gi int) int {
+	return 3 + gpuMinor*migMinorsPerGPU + gi*migMinorsPerGI
+}
+
+// ciAccessMinor is the nvidia-caps minor of gpu<gpuMinor>/gi<gi>/ci<ci>/access.
+func ciAccessMinor(gpuMinor, gi, ci int) int {
+	return giAccessMinor(gpuMinor, gi) + 1 + ci
+}
+
+// driverLibraries are the compute and utility libraries of a driver installation, with the
+// SONAME link each one has ("" for none).
+var driverLibraries = []struct{ name, soname string }{
+	{"libcuda.so", "libcuda.so.1"},
+	{"libcudadebugger.so", "libcudadebugger.so.1"},
+	{"libnvidia-ml.so", "libnvidia-ml.so.1"},
+	{"libnvidia-ptxjitcompiler.so", "libnvidia-ptxjitcompiler.so.1"},
+	{"libnvidia-nvvm.so", "libnvidia-nvvm.so.4"},
+	{"libnvidia-opencl.so", "libnvidia-opencl.so.1"},
+	{"libnvidia-cfg.so", "libnvidia-cfg.so.1"},
+	{"libnvidia-allocator.so", "libnvidia-allocator.so.1"},
+	{"libnvidia-gpucomp.so", ""},
+	{"libnvidia-pkcs11.so", ""},
+	{"libnvidia-pkcs11-openssl3.so", ""},
+}
+
+// driverBinaries are the utility binaries besides nvidia-smi; each is a script that succeeds.
+var driverBinaries = []string{
+	"nvidia-cuda-mps-control",
+	"nvidia-cuda-mps-server",
+	"nvidia-debugdump",
+	"nvidia-persistenced",
+}
+
+// WriteDriverRoot writes a simulated NVIDIA driver installation under root:
+//
+//	dev/nvidia<minor> per GPU, dev/nvidiactl, dev/nvidia-uvm, dev/nvidia-uvm-tools,
+//	dev/nvidia-caps/nvidia-cap1 (MIG config), nvidia-cap2 (monitor) and, for MIG-capable GPUs,
+//	the GPU- and compute-instance capability nodes of every possible instance;
+//	proc/driver/nvidia-caps/mig-minors, proc/driver/nvidia/capabilities/..., version and
+//	gpus/<bdf>/information in the driver's formats;
+//	usr/lib/x86_64-linux-gnu/<library>.so.<driver version> with their SONAME links;
+//	lib/firmware/nvidia/<driver version>/gsp_*.bin;
+//	usr/bin/nvidia-smi (a POSIX sh script, see nvidiasmi.go) and the other utilities.
+//
+// Device nodes are character devices 1:3 (/dev/null), made with mknod; only where mknod is not
+// permitted (EPERM) are they regular files. WriteDriverRoot is idempotent, and the machine keeps
+// nvidia-smi's MIG listing current as instances are created and destroyed.
+func (m *Machine) WriteDriverRoot(root string) error {
+	if err := m.writeDriverRoot(root); err != nil {
+		return fmt.Errorf("write simulated driver root for %s under %s: %w", m.spec.name, root, err)
+	}
+	return nil
+}
+
+func (m *Machine) writeDriverRoot(root string) error {
+	dev := filepath.Join(root, "dev")
+	nodes := map[string]os.FileMode{
+		"nvidiactl":               0o666,
+		"nvidia-uvm":              0o666,
+		"nvidia-uvm-tools":        0o666,
+		"nvidia-caps/nvidia-cap1": 0o400, // mig/config: root only, like the driver's default
+		"nvidia-caps/nvidia-cap2": 0o444, // mig/monitor
+	}
+	files := map[string]string{
+		"proc/driver/nvidia/capabilities/mig/config":  capabilityFile(1, 0o400),
+		"proc/driver/nvidia/capabilities/mig/monitor": capabilityFile(2, 0o444),
+		"proc/driver/nvidia-caps/mig-minors":          migMinors(),
+		"proc/driver/nvidia/version": fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  (simulated by nvmlsim)\n"+
+			"GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", m.driverVersion),
+	}
+	for _, g := range m.gpus {
+		nodes[fmt.Sprintf("nvidia%d", g.index)] = 0o666
+		files[filepath.Join("proc/driver/nvidia/gpus", g.busID(), "information")] = g.information()
+		if g.spec.mig == nil {
+			continue
+		}
+		for gi := 0; gi < migGIsPerGPU; gi++ {
+			minor := giAccessMinor(g.index, gi)
+			nodes[fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor)] = 0o444
+			files[fmt.Sprintf("proc/driver/nvidia/capabilities/gpu%d/mig/gi%d/access", g.index, gi)] = capabilityFile(minor, 0o444)
+			for ci := 0; ci < migCIsPerGI; ci++ {
+				minor := ciAccessMinor(g.index, gi, ci)
+				nodes[fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor)] = 0o444
+				files[fmt.Sprintf("proc/driver/nvidia/capabilities/gpu%d/mig/gi%d/ci%d/access", g.index, gi, ci)] = capabilityFile(minor, 0o444)
+			}
+		}
+	}
+	for name, mode := range nodes {
+		if err := makeDeviceNode(filepath.Join(dev, name), mode); err != nil {
+			return err
+		}
+	}
+
+	libDir := filepath.Join(root, "usr", "lib", "x86_64-linux-gnu")
+	for _, lib := range driverLibraries {
+		versioned := lib.name + "." + m.driverVersion
+		content := fmt.Sprintf("%s: simulated by nvmlsim, not a real library\n", versioned)
+		files[filepath.Join("usr/lib/x86_64-linux-gnu", versioned)] = content
+		if lib.soname != "" {
+			if err := symlink(versioned, filepath.Join(libDir, lib.soname)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, dev := range []string{"libcuda.so", "libnvidia-ml.so"} {
+		if err := symlink(dev+".1", filepath.Join(libDir, dev)); err != nil {
+			return err
+		}
+	}
+	for _, fw := range []string{"gsp_ga10x.bin", "gsp_tu10x.bin"} {
+		files[filepath.Join("lib/firmware/nvidia", m.driverVersion, fw)] = "simulated GSP firmware (nvmlsim)\n"
+	}
+	for name, content := range files {
+		if err := writeFile(filepath.Join(root, name), content, 0o444); err != nil {
+			return err
+		}
+	}
+	for _, bin := range driverBinaries {
+		script := fmt.Sprintf("#!/bin/sh\n# %s simulated by nvmlsim: not NVIDIA software.\n"+
+			"[ -t 0 ] || cat >/dev/null 2>&1\nexit 0\n", bin)
+		if err := writeFile(filepath.Join(root, "usr", "bin", bin), script, 0o755); err != nil {
+			return err
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.writeNvidiaSMI(root); err != nil {
+		return err
+	}
+	if !slices.Contains(m.driverRoots, root) {
+		m.driverRoots = append(m.driverRoots, root)
+	}
+	return nil
+}
+
+// refreshDriverRoots rewrites nvidia-smi in every driver root written so far, after a change of
+// MIG state. It is best effort: nvidia-smi's listing is informative. m.mu must be held.
+func (m *Machine) refreshDriverRoots() {
+	for _, root := range m.driverRoots {
+		_ = m.writeNvidiaSMI(root)
+	}
+}
+
+// capabilityFile is the content of a /proc/driver/nvidia/capabilities/... file.
+func capabilityFile(minor int, mode os.FileMode) string {
+	return fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n", minor, mode)
+}
+
+// migMinors is /proc/driver/nvidia-caps/mig-minors.
+func migMinors() string {
+	var b strings.Builder
+	b.WriteString("config 1\nmonitor 2\n")
+	for gpu := 0; gpu < migMinorsGPUs; gpu++ {
+		for gi := 0; gi < migGIsPerGPU; gi++ {
+			fmt.Fprintf(&b, "gpu%d/gi%d/access %d\n", gpu, gi, giAccessMinor(gpu, gi))
+			for ci := 0; ci < migCIsPerGI; ci++ {
+				fmt.Fprintf(&b, "gpu%d/gi%d/ci%d/access %d\n", gpu, gi, ci, ciAccessMinor(gpu, gi, ci))
+			}
+		}
+	}
+	return b.String()
+}
+
+// information is /proc/driver/nvidia/gpus/<bdf>/information.
+func (g *gpu) information() string {
+	return fmt.Sprintf("Model: \t\t %s\nIRQ:   \t\t %d\nGPU UUID: \t %s\nVideo BIOS: \t %s\n"+
+		"Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"+
+		"Bus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n",
+		g.spec.name, 100+g.index, g.uuid, strings.ToLower(g.spec.vbios), g.busID(), g.index)
+}
+
+// makeDeviceNode makes path a character device with /dev/null's numbers and the given mode,
+// or a regular file where mknod is not permitted.
+func makeDeviceNode(path string, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err == nil {
+		if st.Mode&syscall.S_IFMT == syscall.S_IFCHR && st.Rdev == nullDev {
+			return os.Chmod(path, mode)
+		}
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	err := syscall.Mknod(path, syscall.S_IFCHR|uint32(mode), nullDev)
+	if errors.Is(err, syscall.EPERM) {
+		return writeFile(path, "", mode)
+	}
+	if err != nil {
+		return fmt.Errorf("mknod %s: %w", path, err)
+	}
+	return os.Chmod(path, mode) // mknod applies the umask
+}
