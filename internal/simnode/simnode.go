@@ -1,0 +1,50 @@
+// Package simnode runs the production discovery over a simulated machine for
+// tests: the same NVML calls, sysfs lookups and device model as a real node.
+package simnode
+
+import (
+	"context"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+)
+
+// Node is a simulated node after discovery.
+type Node struct {
+	Name      string
+	Machine   *nvmlsim.Machine
+	GPUs      []discovery.GPU
+	Resources resourceslice.DriverResources
+}
+
+// New simulates machine as node name and discovers it; the sysfs tree lives
+// in a test temp dir.
+func New(t testing.TB, machine, name string, opts ...nvmlsim.Option) *Node {
+	t.Helper()
+	m, err := nvmlsim.New(machine, append([]nvmlsim.Option{nvmlsim.WithSeed(name)}, opts...)...)
+	if err != nil {
+		t.Fatalf("simulate %s: %v", machine, err)
+	}
+	sysfs := t.TempDir()
+	if err := m.WriteSysfs(sysfs); err != nil {
+		t.Fatalf("write sysfs: %v", err)
+	}
+	gpus, err := discovery.Discover(context.Background(), m, discovery.Options{SysfsRoot: sysfs})
+	if err != nil {
+		t.Fatalf("discover %s: %v", machine, err)
+	}
+	return &Node{
+		Name: name, Machine: m, GPUs: gpus,
+		Resources: devicemodel.Build(gpus, devicemodel.Options{NodeName: name}),
+	}
+}
+
+// Slices are the ResourceSlices the node publishes for driverName.
+func (n *Node) Slices(driverName string) []*resourceapi.ResourceSlice {
+	return devicemodel.ResourceSlices(n.Resources, driverName, n.Name)
+}

@@ -1,0 +1,82 @@
+// Package app runs the kubelet plugin: it wires NVML, discovery, the device
+// model, the prepare path and the kubelet helper together. The command in
+// cmd/dra-kubelet-plugin only parses flags into a Config and calls Run.
+package app
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+)
+
+// DefaultDriverName is the DRA driver name.
+const DefaultDriverName = "gpu.dra.dev"
+
+// Config is everything the plugin needs to run.
+type Config struct {
+	DriverName string
+	NodeName   string
+
+	Kubeconfig   string
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
+	// PluginDataDir holds the plugin's socket, checkpoint and, in
+	// simulation, the simulated machine's state.
+	PluginDataDir string
+	RegistrarDir  string
+	// CDIDir is where transient per-claim CDI specs are written.
+	CDIDir string
+	// DriverRoot is the host path under which the NVIDIA driver's device
+	// nodes and libraries are found ("/" on a plain node).
+	DriverRoot      string
+	SysfsRoot       string
+	NVMLLibraryPath string
+
+	// Simulate selects a simulated machine instead of the real NVML.
+	Simulate string
+	// PrintSlices prints the ResourceSlices and exits without an API server.
+	PrintSlices bool
+	Out         io.Writer
+}
+
+// AddFlags registers the plugin's flags on fs.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.DriverName, "driver-name", DefaultDriverName, "DRA driver name published in ResourceSlices and used for the kubelet registration.")
+	fs.StringVar(&c.NodeName, "node-name", "", "Name of the node this plugin runs on; names the resource pool.")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "API client QPS. The kubelet helper GETs each claim on prepare through this client; client-go's default of 5 makes each prepare wait ~200 ms.")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "API client burst.")
+	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName), "Directory for the plugin socket, checkpoint and simulation state.")
+	fs.StringVar(&c.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
+	fs.StringVar(&c.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for transient CDI specs, read by the container runtime.")
+	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Host path of the NVIDIA driver installation (device nodes, libraries, binaries).")
+	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs, for PCIe root and NUMA attributes.")
+	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
+	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
+	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
+}
+
+// Validate reports configuration errors before anything starts.
+func (c *Config) Validate() error {
+	if c.NodeName == "" {
+		return fmt.Errorf("--node-name is required")
+	}
+	if c.DriverName == "" {
+		return fmt.Errorf("--driver-name must not be empty")
+	}
+	if c.Simulate != "" {
+		known := false
+		for _, m := range nvmlsim.Machines() {
+			known = known || m == c.Simulate
+		}
+		if !known {
+			return fmt.Errorf("--simulate=%q: unknown machine, valid: %v", c.Simulate, nvmlsim.Machines())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+)
+
+// hardware is what the plugin needs from the node: NVML and the host paths
+// where the driver's files and sysfs live.
+type hardware struct {
+	nvml       nvml.Interface
+	driverRoot string
+	sysfsRoot  string
+	// sim is set in simulation, for tests that inspect the simulated state.
+	sim *nvmlsim.Machine
+}
+
+// openHardware opens the real NVML library, or, with cfg.Simulate, a
+// simulated machine whose state (MIG instances, compute modes) persists in
+// the plugin data directory like real hardware state persists across plugin
+// restarts, and whose driver root and sysfs are generated there.
+// simDir holds the simulated machine's files; empty means the plugin data dir.
+func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, error) {
+	logger := klog.FromContext(ctx)
+	hw := &hardware{driverRoot: cfg.DriverRoot, sysfsRoot: cfg.SysfsRoot}
+	if cfg.Simulate == "" {
+		hw.nvml = nvml.New(nvml.WithLibraryPath(cfg.NVMLLibraryPath))
+	} else {
+		if simDir == "" {
+			simDir = filepath.Join(cfg.PluginDataDir, "simulated-"+cfg.Simulate)
+		}
+		m, err := nvmlsim.New(cfg.Simulate,
+			nvmlsim.WithSeed(cfg.NodeName),
+			nvmlsim.WithStateFile(filepath.Join(simDir, "nvml-state.json")))
+		if err != nil {
+			return nil, fmt.Errorf("simulate %q: %w", cfg.Simulate, err)
+		}
+		if hw.driverRoot == "" || hw.driverRoot == "/" {
+			hw.driverRoot = filepath.Join(simDir, "driver-root")
+		}
+		if hw.sysfsRoot == "" || hw.sysfsRoot == "/sys" {
+			hw.sysfsRoot = filepath.Join(simDir, "sys")
+		}
+		if err := m.WriteDriverRoot(hw.driverRoot); err != nil {
+			return nil, fmt.Errorf("write simulated driver root: %w", err)
+		}
+		if err := m.WriteSysfs(hw.sysfsRoot); err != nil {
+			return nil, fmt.Errorf("write simulated sysfs: %w", err)
+		}
+		hw.nvml, hw.sim = m, m
+		logger.Info("Using simulated GPUs (for demos and tests only)", "machine", cfg.Simulate, "driverRoot", hw.driverRoot)
+	}
+	if ret := hw.nvml.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initialize NVML: %w", ret)
+	}
+	return hw, nil
+}
+
+func (hw *hardware) close(ctx context.Context) {
+	if ret := hw.nvml.Shutdown(); ret != nvml.SUCCESS {
+		klog.FromContext(ctx).Error(ret, "Shut down NVML")
+	}
+}

@@ -1,0 +1,155 @@
+// Package driver implements the kubelet side of the DRA driver: it prepares
+// and unprepares ResourceClaims (kubeletplugin.DRAPlugin) over the devices
+// discovery found, recording progress in a crash-safe checkpoint and handing
+// devices to containers through CDI specs.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+)
+
+// Options configure a Driver.
+type Options struct {
+	DriverName string
+	// PoolName is the node's pool; results from other pools are rejected.
+	PoolName   string
+	GPUs       []discovery.GPU
+	CDI        cdi.Writer
+	// CheckpointPath is the checkpoint file; its directory must exist.
+	CheckpointPath string
+	// Fatal is called for background errors that retrying cannot fix
+	// (e.g. ResourceSlices the API server rejects); it should stop the
+	// process with the error as its reason.
+	Fatal func(error)
+}
+
+// Driver is the DRAPlugin. Claims touching different GPUs are prepared in
+// parallel: the only node-wide lock guards the in-memory checkpoint and its
+// (short) save, never device work.
+type Driver struct {
+	opts    Options
+	devices map[string]*allocatable
+	locks   *keyedMutex
+	store   checkpoint.Store
+
+	mu sync.Mutex // guards cp and its persistence
+	cp *checkpoint.Checkpoint
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// New builds the driver and reconciles node state left by a previous run:
+// half-prepared claims are rolled back, CDI specs nobody owns are removed,
+// and a corrupt checkpoint is quarantined and rebuilt from the CDI specs.
+func New(ctx context.Context, opts Options) (*Driver, error) {
+	d := &Driver{
+		opts:    opts,
+		devices: map[string]*allocatable{},
+		locks:   newKeyedMutex(),
+		store:   checkpoint.NewFileStore(opts.CheckpointPath),
+	}
+	for i := range opts.GPUs {
+		gpu := &opts.GPUs[i]
+		d.devices[gpu.CanonicalName()] = &allocatable{gpu: gpu}
+	}
+	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		devices, err := d.prepareClaim(ctx, claim)
+		if err != nil {
+			err = fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		result[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
+	}
+	return result, nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	result := make(map[types.UID]error, len(claims))
+	for _, claim := range claims {
+		if err := d.unprepareClaim(ctx, claim); err != nil {
+			result[claim.UID] = fmt.Errorf("unprepare claim %s: %w", claim, err)
+		} else {
+			result[claim.UID] = nil
+		}
+	}
+	return result, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.opts.Fatal != nil {
+		d.opts.Fatal(fmt.Errorf("%s: %w", msg, err))
+	}
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin. Health reporting
+// arrives with NVML event monitoring.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+// PreparedClaims returns a copy of the checkpointed claims, for status and tests.
+func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []checkpoint.PreparedClaim
+	for _, c := range d.cp.All() {
+		out = append(out, *c)
+	}
+	return out
+}
+
+// save persists the checkpoint; the caller holds d.mu.
+func (d *Driver) save(ctx context.Context) error {
+	if err := d.store.Save(ctx, d.cp); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}
+
+// update applies change to the checkpoint and saves it, rolling the
+// in-memory state back if the save fails so memory never claims more than
+// disk.
+func (d *Driver) update(ctx context.Context, change func(cp *checkpoint.Checkpoint)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	before := cloneCheckpoint(d.cp)
+	change(d.cp)
+	if err := d.save(ctx); err != nil {
+		d.cp = before
+		return err
+	}
+	klog.FromContext(ctx).V(6).Info("Saved checkpoint", "claims", d.cp.Len())
+	return nil
+}
+
+func cloneCheckpoint(cp *checkpoint.Checkpoint) *checkpoint.Checkpoint {
+	out := checkpoint.New()
+	for _, c := range cp.All() {
+		out.Put(cloneClaim(c))
+	}
+	return out
+}

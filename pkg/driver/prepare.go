@@ -1,0 +1,255 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+)
+
+// allocatable is a device this node publishes.
+type allocatable struct {
+	gpu *discovery.GPU
+}
+
+// lockKey serializes work on one physical GPU; devices carved from the same
+// GPU share it, devices of other GPUs never wait for it.
+func (a *allocatable) lockKey() string { return a.gpu.UUID }
+
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+	ctx = klog.NewContext(ctx, logger)
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim is not allocated")
+	}
+
+	planned, keys, err := d.plan(claim)
+	if err != nil {
+		return nil, err
+	}
+	unlock := d.locks.lock(keys...)
+	defer unlock()
+
+	d.mu.Lock()
+	existing, found := d.cp.Get(claim.UID)
+	var conflict error
+	if !found || existing.State != checkpoint.PrepareCompleted {
+		conflict = d.conflictLocked(claim.UID, planned)
+	}
+	d.mu.Unlock()
+	if found && existing.State == checkpoint.PrepareCompleted {
+		logger.V(4).Info("Claim already prepared")
+		return kubeletDevices(existing.Devices), nil
+	}
+	if conflict != nil {
+		return nil, conflict
+	}
+	if found {
+		// A preparation that failed half-way and could not be rolled back
+		// then: finish the rollback before starting over.
+		if err := d.rollback(ctx, existing); err != nil {
+			return nil, err
+		}
+	}
+
+	entry := &checkpoint.PreparedClaim{
+		UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
+		State: checkpoint.PrepareStarted, Devices: planned,
+	}
+	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+		return nil, err
+	}
+
+	if err := d.writeCDI(ctx, entry); err != nil {
+		if rbErr := d.rollback(ctx, entry); rbErr != nil {
+			logger.Error(rbErr, "Roll back failed preparation")
+		}
+		return nil, err
+	}
+	entry.State = checkpoint.PrepareCompleted
+	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+		return nil, err
+	}
+	logger.Info("Prepared claim", "devices", deviceNames(entry.Devices))
+	return kubeletDevices(entry.Devices), nil
+}
+
+// plan maps the claim's allocation results for this driver and pool to the
+// devices to prepare, and the GPU locks the preparation needs.
+func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, []string, error) {
+	var planned []checkpoint.PreparedDevice
+	var keys []string
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.opts.DriverName {
+			continue // another driver's device in the same claim
+		}
+		if r.Pool != d.opts.PoolName {
+			return nil, nil, fmt.Errorf("request %q: device %s is in pool %q, this node serves pool %q", r.Request, r.Device, r.Pool, d.opts.PoolName)
+		}
+		dev, ok := d.devices[r.Device]
+		if !ok {
+			return nil, nil, fmt.Errorf("request %q: device %q is not published by this node", r.Request, r.Device)
+		}
+		pd := checkpoint.PreparedDevice{
+			Request: r.Request, Pool: r.Pool, Device: r.Device,
+			Kind: checkpoint.DeviceKindGPU, UUIDs: []string{dev.gpu.UUID},
+		}
+		if r.ShareID != nil {
+			pd.ShareID = string(*r.ShareID)
+		}
+		planned = append(planned, pd)
+		keys = append(keys, dev.lockKey())
+	}
+	return planned, keys, nil
+}
+
+// conflictLocked is the last line of defense against handing one device to
+// two claims: the scheduler should never allocate it twice, but a stale
+// allocation must not give a second pod the same GPU. Caller holds d.mu.
+func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevice) error {
+	for otherUID, other := range d.cp.All() {
+		if otherUID == uid {
+			continue
+		}
+		for _, od := range other.Devices {
+			for _, pd := range planned {
+				if od.Device == pd.Device {
+					return fmt.Errorf("device %s is already prepared for claim %s/%s (%s)", pd.Device, other.Namespace, other.Name, otherUID)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// writeCDI writes the claim's CDI spec and records the returned IDs.
+func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+	devices := make([]cdi.ClaimDevice, 0, len(entry.Devices))
+	for _, pd := range entry.Devices {
+		gpu := d.devices[pd.Device].gpu
+		devices = append(devices, cdi.ClaimDevice{
+			Name:        pd.Device,
+			Request:     pd.Request,
+			Pool:        pd.Pool,
+			Device:      pd.Device,
+			ShareID:     pd.ShareID,
+			Kind:        pd.Kind,
+			UUIDs:       pd.UUIDs,
+			DeviceNodes: []string{gpu.DeviceNode()},
+		})
+	}
+	ids, err := d.opts.CDI.WriteClaimSpec(ctx, cdi.ClaimInfo{UID: entry.UID, Namespace: entry.Namespace, Name: entry.Name}, devices)
+	if err != nil {
+		return fmt.Errorf("write CDI spec: %w", err)
+	}
+	if len(ids) != len(entry.Devices) {
+		return fmt.Errorf("write CDI spec: got %d device IDs for %d devices", len(ids), len(entry.Devices))
+	}
+	for i := range entry.Devices {
+		entry.Devices[i].CDIDeviceIDs = []string{ids[i]}
+	}
+	return nil
+}
+
+func (d *Driver) unprepareClaim(ctx context.Context, obj kubeletplugin.NamespacedObject) error {
+	logger := klog.FromContext(ctx).WithValues("claim", obj.NamespacedName, "claimUID", obj.UID)
+	ctx = klog.NewContext(ctx, logger)
+
+	d.mu.Lock()
+	entry, found := d.cp.Get(obj.UID)
+	var keys []string
+	if found {
+		keys = d.lockKeys(entry.Devices)
+	}
+	d.mu.Unlock()
+	if !found {
+		// Not prepared, or already unprepared: still make sure no spec
+		// is left behind (a crash can separate spec and checkpoint).
+		logger.V(4).Info("Claim not prepared, nothing to do")
+		return d.opts.CDI.RemoveClaimSpec(ctx, obj.UID)
+	}
+
+	unlock := d.locks.lock(keys...)
+	defer unlock()
+	d.mu.Lock()
+	entry, found = d.cp.Get(obj.UID)
+	if found {
+		entry = cloneClaim(entry)
+	}
+	d.mu.Unlock()
+	if !found {
+		return nil // a concurrent unprepare finished first
+	}
+	if err := d.rollback(ctx, entry); err != nil {
+		return err
+	}
+	logger.Info("Unprepared claim", "devices", deviceNames(entry.Devices))
+	return nil
+}
+
+// rollback undoes whatever preparation of entry got done, in reverse order,
+// and forgets the claim. Each step is idempotent, so a rollback interrupted
+// by a crash is simply run again. The caller holds the entry's GPU locks.
+func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+	if err := d.opts.CDI.RemoveClaimSpec(ctx, entry.UID); err != nil {
+		return fmt.Errorf("remove CDI spec: %w", err)
+	}
+	return d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Delete(entry.UID) })
+}
+
+func (d *Driver) lockKeys(devices []checkpoint.PreparedDevice) []string {
+	keys := make([]string, 0, len(devices))
+	for _, pd := range devices {
+		if dev, ok := d.devices[pd.Device]; ok {
+			keys = append(keys, dev.lockKey())
+		} else {
+			keys = append(keys, pd.Device)
+		}
+	}
+	return keys
+}
+
+func kubeletDevices(devices []checkpoint.PreparedDevice) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(devices))
+	for _, pd := range devices {
+		kd := kubeletplugin.Device{
+			Requests:     []string{pd.Request},
+			PoolName:     pd.Pool,
+			DeviceName:   pd.Device,
+			CDIDeviceIDs: slices.Clone(pd.CDIDeviceIDs),
+		}
+		if pd.ShareID != "" {
+			id := types.UID(pd.ShareID)
+			kd.ShareID = &id
+		}
+		out = append(out, kd)
+	}
+	return out
+}
+
+func deviceNames(devices []checkpoint.PreparedDevice) []string {
+	names := make([]string, 0, len(devices))
+	for _, pd := range devices {
+		names = append(names, pd.Device)
+	}
+	return names
+}
+
+func cloneClaim(c *checkpoint.PreparedClaim) *checkpoint.PreparedClaim {
+	cc := *c
+	cc.Devices = make([]checkpoint.PreparedDevice, len(c.Devices))
+	for i, pd := range c.Devices {
+		pd.UUIDs = slices.Clone(pd.UUIDs)
+		pd.CDIDeviceIDs = slices.Clone(pd.CDIDeviceIDs)
+		cc.Devices[i] = pd
+	}
+	return &cc
+}

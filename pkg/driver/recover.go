@@ -1,0 +1,89 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+)
+
+// recover brings the node back to a state the checkpoint describes, after a
+// restart at any point of a previous run:
+//   - a claim left in PrepareStarted is rolled back (the kubelet retries
+//     the prepare, which then starts clean);
+//   - a CDI spec without a completed claim is an orphan and is removed;
+//   - a corrupt checkpoint is moved aside and rebuilt from the CDI specs,
+//     which carry each claim's devices in their annotations.
+func (d *Driver) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	specs, err := d.opts.CDI.ListClaimSpecs(ctx)
+	if err != nil {
+		return fmt.Errorf("list CDI specs: %w", err)
+	}
+
+	cp, err := d.store.Load(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		moved, qerr := checkpoint.Quarantine(d.opts.CheckpointPath)
+		if qerr != nil {
+			return fmt.Errorf("%w; moving it aside also failed: %w", err, qerr)
+		}
+		logger.Error(err, "Checkpoint is corrupt: moved it aside and rebuilding prepared claims from CDI specs", "movedTo", moved)
+		cp = rebuildFromSpecs(specs)
+	case err != nil:
+		return fmt.Errorf("load checkpoint: %w", err)
+	}
+	d.cp = cp
+
+	for _, entry := range d.cp.All() {
+		if entry.State == checkpoint.PrepareCompleted {
+			continue
+		}
+		entry := cloneClaim(entry)
+		logger.Info("Rolling back a preparation interrupted by a restart", "claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", entry.UID)
+		if err := d.rollback(ctx, entry); err != nil {
+			return fmt.Errorf("roll back claim %s/%s: %w", entry.Namespace, entry.Name, err)
+		}
+	}
+	for _, spec := range specs {
+		if entry, ok := d.cp.Get(spec.Claim.UID); ok && entry.State == checkpoint.PrepareCompleted {
+			continue
+		}
+		logger.Info("Removing orphaned CDI spec", "claimUID", spec.Claim.UID)
+		if err := d.opts.CDI.RemoveClaimSpec(ctx, spec.Claim.UID); err != nil {
+			return fmt.Errorf("remove orphaned CDI spec of claim %s: %w", spec.Claim.UID, err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.save(ctx)
+}
+
+// rebuildFromSpecs recreates completed claims from the annotations of the
+// CDI specs on disk: a spec is written only once a claim's devices exist, and
+// removed before they are released. Unreadable specs are left out, and so
+// end up removed as orphans.
+func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
+	cp := checkpoint.New()
+	for _, spec := range specs {
+		if spec.Err != nil {
+			continue
+		}
+		entry := &checkpoint.PreparedClaim{
+			UID: spec.Claim.UID, Namespace: spec.Claim.Namespace, Name: spec.Claim.Name,
+			State: checkpoint.PrepareCompleted,
+		}
+		for _, dev := range spec.Devices {
+			entry.Devices = append(entry.Devices, checkpoint.PreparedDevice{
+				Request: dev.Request, Pool: dev.Pool, Device: dev.Device, ShareID: dev.ShareID,
+				Kind: dev.Kind, UUIDs: dev.UUIDs, CDIDeviceIDs: []string{dev.ID},
+			})
+		}
+		cp.Put(entry)
+	}
+	return cp
+}
