@@ -48,7 +48,8 @@ func finishMock(mockPtr any, typeName string, g guard) {
 			fv.Set(unsupported(field.Type, typeName, method))
 		}
 		if g != nil {
-			fv.Set(guarded(fv, method, g))
+			// Wrap a copy of the function: fv is the field itself and is about to change.
+			fv.Set(guarded(reflect.ValueOf(fv.Interface()), method, g))
 		}
 	}
 }
