@@ -82,7 +82,7 @@ table() {
 	n=0
 	gpus | while IFS='|' read -r idx uuid name bus mem cap temp pw mig; do
 		gpu_shown "$idx" "$uuid" || continue
-		printf '| %%3d  %%-27.27s %%6s | %%19s %%-3s | %%20s |\n' "$n" "$name" On "$bus" Off 0
+		printf '| %%3d  %%-27.27s %%6s | %%18s %%-3s | %%20s |\n' "$n" "$name" On "$bus" Off 0
 		printf '| N/A  %%4s    P0  %%22s | %%22s | %%6s %%13s |\n' "${temp}C" "${pw}W / ${cap}W" "0MiB / ${mem}MiB" "0%%" Default
 		printf '| %%39s | %%22s | %%20s |\n' '' '' "$mig"
 		rule
