@@ -6,6 +6,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -30,6 +32,10 @@ func New(t testing.TB, machine, name string, opts ...nvmlsim.Option) *Node {
 	if err != nil {
 		t.Fatalf("simulate %s: %v", machine, err)
 	}
+	if ret := m.Init(); ret != nvml.SUCCESS {
+		t.Fatalf("init simulated NVML: %v", ret)
+	}
+	t.Cleanup(func() { m.Shutdown() })
 	sysfs := t.TempDir()
 	if err := m.WriteSysfs(sysfs); err != nil {
 		t.Fatalf("write sysfs: %v", err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -42,6 +44,13 @@ type Config struct {
 	// PrintSlices prints the ResourceSlices and exits without an API server.
 	PrintSlices bool
 	Out         io.Writer
+
+	// KubeClient, when set, replaces the client built from Kubeconfig
+	// (tests run the plugin against a fake clientset).
+	KubeClient kubernetes.Interface
+	// FaultHook, when set, is called at each crash-relevant step of
+	// prepare/unprepare; crash tests kill the process from it.
+	FaultHook func(point string)
 }
 
 // AddFlags registers the plugin's flags on fs.

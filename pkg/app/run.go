@@ -55,6 +55,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files),
 		CheckpointPath: filepath.Join(cfg.PluginDataDir, CheckpointFile),
 		Fatal:          cancel,
+		FaultHook:      cfg.FaultHook,
 	})
 	if err != nil {
 		return err
@@ -79,15 +80,24 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 	defer helper.Stop()
 	if err := helper.PublishResources(ctx, resources); err != nil {
+		if ctx.Err() != nil {
+			return shutdown(ctx)
+		}
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(gpus))
 
 	<-ctx.Done()
+	return shutdown(ctx)
+}
+
+// shutdown returns the reason ctx ended: nil for a requested stop, the
+// fatal error otherwise.
+func shutdown(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
-	logger.Info("Shutting down")
+	klog.FromContext(ctx).Info("Shutting down")
 	return nil
 }
 
@@ -125,6 +135,9 @@ func printSlices(ctx context.Context, cfg *Config) error {
 }
 
 func kubeClient(cfg *Config) (kubernetes.Interface, error) {
+	if cfg.KubeClient != nil {
+		return cfg.KubeClient, nil
+	}
 	restConfig, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %q: %w", cfg.Kubeconfig, err)

@@ -56,8 +56,8 @@ func splitDevices(devices []resourceapi.Device, max int) []resourceslice.Slice {
 
 // ResourceSlices renders resources as the ResourceSlice objects the slice
 // controller of k8s.io/dynamic-resource-allocation creates for them on first
-// publication: same generateName scheme, pool generation 1, node owner. The
-// API server completes name, UID and the owner's UID.
+// publication: same generateName scheme and pool generation 1. The API
+// server completes the name; the controller adds the Node as owner.
 func ResourceSlices(resources resourceslice.DriverResources, driverName, nodeName string) []*resourceapi.ResourceSlice {
 	var out []*resourceapi.ResourceSlice
 	for _, poolName := range slices.Sorted(maps.Keys(resources.Pools)) {
@@ -68,9 +68,6 @@ func ResourceSlices(resources resourceslice.DriverResources, driverName, nodeNam
 				TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
 				ObjectMeta: metav1.ObjectMeta{
 					GenerateName: fmt.Sprintf("%0*x-%s-%s-", width, i, driverName, nodeName),
-					OwnerReferences: []metav1.OwnerReference{{
-						APIVersion: "v1", Kind: "Node", Name: nodeName, Controller: ptr.To(true),
-					}},
 				},
 				Spec: resourceapi.ResourceSliceSpec{
 					Driver: driverName,

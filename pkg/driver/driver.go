@@ -34,6 +34,10 @@ type Options struct {
 	// (e.g. ResourceSlices the API server rejects); it should stop the
 	// process with the error as its reason.
 	Fatal func(error)
+	// FaultHook, if set, is called with the name of each step between
+	// side effects of prepare and unprepare, so crash tests can kill the
+	// process at every point that matters.
+	FaultHook func(point string)
 }
 
 // Driver is the DRAPlugin. Claims touching different GPUs are prepared in
@@ -120,6 +124,21 @@ func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
 		out = append(out, *c)
 	}
 	return out
+}
+
+// Fault points passed to Options.FaultHook.
+const (
+	FaultPrepareStarted    = "prepare:started-recorded"
+	FaultPrepareCDIWritten = "prepare:cdi-written"
+	FaultPrepareCompleted  = "prepare:completed-recorded"
+	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
+	FaultUnprepareDone     = "unprepare:forgotten"
+)
+
+func (d *Driver) fault(point string) {
+	if d.opts.FaultHook != nil {
+		d.opts.FaultHook(point)
+	}
 }
 
 // save persists the checkpoint; the caller holds d.mu.

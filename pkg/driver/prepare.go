@@ -67,6 +67,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
 		return nil, err
 	}
+	d.fault(FaultPrepareStarted)
 
 	if err := d.writeCDI(ctx, entry); err != nil {
 		if rbErr := d.rollback(ctx, entry); rbErr != nil {
@@ -74,10 +75,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		return nil, err
 	}
+	d.fault(FaultPrepareCDIWritten)
 	entry.State = checkpoint.PrepareCompleted
 	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
 		return nil, err
 	}
+	d.fault(FaultPrepareCompleted)
 	logger.Info("Prepared claim", "devices", deviceNames(entry.Devices))
 	return kubeletDevices(entry.Devices), nil
 }
@@ -202,7 +205,12 @@ func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) 
 	if err := d.opts.CDI.RemoveClaimSpec(ctx, entry.UID); err != nil {
 		return fmt.Errorf("remove CDI spec: %w", err)
 	}
-	return d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Delete(entry.UID) })
+	d.fault(FaultUnprepareCDIGone)
+	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Delete(entry.UID) }); err != nil {
+		return err
+	}
+	d.fault(FaultUnprepareDone)
+	return nil
 }
 
 func (d *Driver) lockKeys(devices []checkpoint.PreparedDevice) []string {

@@ -1,0 +1,106 @@
+// Package plugintest runs the real kubelet plugin (pkg/app.Run) on a
+// simulated machine against a fake clientset, with a kubelet stand-in
+// connected to its sockets.
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+)
+
+// Dirs are the host directories a plugin instance uses; they outlive
+// restarts of the plugin, like a node's.
+type Dirs struct {
+	Root, PluginData, Registrar, CDI string
+}
+
+// NewDirs lays out the directories under root (keep it short: unix socket
+// paths are limited to 108 bytes).
+func NewDirs(root string) (Dirs, error) {
+	d := Dirs{
+		Root:       root,
+		PluginData: filepath.Join(root, "plugin"),
+		Registrar:  filepath.Join(root, "reg"),
+		CDI:        filepath.Join(root, "cdi"),
+	}
+	for _, dir := range []string{d.PluginData, d.Registrar, d.CDI} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// Config returns the plugin configuration for a simulated machine.
+func (d Dirs) Config(machine, node string) *app.Config {
+	return &app.Config{
+		DriverName:    app.DefaultDriverName,
+		NodeName:      node,
+		PluginDataDir: d.PluginData,
+		RegistrarDir:  d.Registrar,
+		CDIDir:        d.CDI,
+		Simulate:      machine,
+		Out:           os.Stdout,
+	}
+}
+
+// FakeClient returns a clientset holding the node and the claims.
+func FakeClient(node string, claims ...*resourceapi.ResourceClaim) *fake.Clientset {
+	objs := []runtime.Object{&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}}}
+	for _, c := range claims {
+		objs = append(objs, c)
+	}
+	return fake.NewClientset(objs...)
+}
+
+// Plugin is a running plugin instance.
+type Plugin struct {
+	Kubelet *kubeletstandin.Kubelet
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// Start runs the plugin and registers the kubelet stand-in with it.
+func Start(ctx context.Context, cfg *app.Config) (*Plugin, error) {
+	// A previous instance's registration socket must not be mistaken
+	// for this one's.
+	_ = os.RemoveAll(cfg.RegistrarDir)
+	if err := os.MkdirAll(cfg.RegistrarDir, 0o750); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &Plugin{cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- app.Run(ctx, cfg) }()
+	k, err := kubeletstandin.Register(ctx, cfg.RegistrarDir, 30*time.Second)
+	if err != nil {
+		cancel()
+		return nil, errors.Join(err, <-p.done)
+	}
+	p.Kubelet = k
+	return p, nil
+}
+
+// Stop shuts the plugin down gracefully and returns Run's result.
+func (p *Plugin) Stop() error {
+	_ = p.Kubelet.Close()
+	p.cancel()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("plugin did not stop within 30s")
+	}
+}

@@ -1,0 +1,236 @@
+// Package node tests the kubelet plugin as the kubelet sees it: the real
+// plugin on a simulated machine, driven over its unix sockets by a kubelet
+// stand-in, with claims allocated by the upstream allocator.
+package node
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+)
+
+const (
+	driverName = "gpu.dra.dev"
+	nodeName   = "node-1"
+	machine    = "dgxh100"
+)
+
+// setup allocates claims with the upstream allocator and starts the plugin
+// with a fake clientset that holds them.
+func setup(t *testing.T, requests map[string]int64) (plugintest.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *plugintest.Plugin) {
+	t.Helper()
+	dirs, err := plugintest.NewDirs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := simnode.New(t, machine, nodeName)
+	c := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
+	claims := map[string]*resourceapi.ResourceClaim{}
+	var all []*resourceapi.ResourceClaim
+	for _, name := range slices.Sorted(maps.Keys(requests)) {
+		claim := c.MustAllocate(t, nodeName, at.Claim(name, at.Exactly("gpus", driverName, requests[name])))[0]
+		claims[name] = claim
+		all = append(all, claim)
+	}
+	start := func(extra ...*resourceapi.ResourceClaim) *plugintest.Plugin {
+		t.Helper()
+		cfg := dirs.Config(machine, nodeName)
+		cfg.KubeClient = plugintest.FakeClient(nodeName, append(slices.Clone(all), extra...)...)
+		p, err := plugintest.Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("start plugin: %v", err)
+		}
+		return p
+	}
+	return dirs, node, claims, start
+}
+
+func TestPrepareUnprepare(t *testing.T) {
+	ctx := context.Background()
+	dirs, node, claims, start := setup(t, map[string]int64{"one": 1, "two": 2})
+	p := start()
+	defer func() { _ = p.Stop() }()
+
+	for _, name := range []string{"one", "two"} {
+		claim := claims[name]
+		ids, err := p.Kubelet.PrepareOne(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpus := allocatedGPUs(t, node, claim)
+		spec := inject(t, dirs.CDI, ids)
+		var wantNodes, wantUUIDs []string
+		for _, g := range gpus {
+			wantNodes = append(wantNodes, g.DeviceNode())
+			wantUUIDs = append(wantUUIDs, g.UUID)
+		}
+		for _, want := range append(wantNodes, "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") {
+			if !slices.ContainsFunc(spec.Linux.Devices, func(d oci.LinuxDevice) bool { return d.Path == want }) {
+				t.Errorf("%s: container lacks device node %s; has %v", name, want, devicePaths(spec))
+			}
+		}
+		for _, d := range spec.Linux.Devices {
+			if strings.HasPrefix(d.Path, "/dev/nvidia") && d.Path[len("/dev/nvidia"):] != "" && isDigits(d.Path[len("/dev/nvidia"):]) && !slices.Contains(wantNodes, d.Path) {
+				t.Errorf("%s: container got GPU %s that was not allocated to it", name, d.Path)
+			}
+		}
+		if got := env(spec, "NVIDIA_VISIBLE_DEVICES"); !sameSet(strings.Split(got, ","), wantUUIDs) {
+			t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want %v", name, got, wantUUIDs)
+		}
+		if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool { return strings.HasSuffix(m.Destination, "/nvidia-smi") }) {
+			t.Errorf("%s: nvidia-smi is not mounted into the container", name)
+		}
+
+		again, err := p.Kubelet.PrepareOne(ctx, claim)
+		if err != nil {
+			t.Fatalf("repeated prepare: %v", err)
+		}
+		if !slices.Equal(ids, again) {
+			t.Errorf("repeated prepare returned %v, first %v", again, ids)
+		}
+	}
+
+	if err := p.Kubelet.UnprepareOne(ctx, claims["one"]); err != nil {
+		t.Fatal(err)
+	}
+	if specs := specFiles(t, dirs.CDI, claims["one"]); len(specs) != 0 {
+		t.Errorf("CDI spec left after unprepare: %v", specs)
+	}
+	if err := p.Kubelet.UnprepareOne(ctx, claims["one"]); err != nil {
+		t.Errorf("repeated unprepare: %v", err)
+	}
+	if specs := specFiles(t, dirs.CDI, claims["two"]); len(specs) != 1 {
+		t.Errorf("unprepare of one claim touched another's spec: %v", specs)
+	}
+}
+
+func TestUnprepareAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	dirs, _, claims, start := setup(t, map[string]int64{"held": 1})
+	p := start()
+	ids, err := p.Kubelet.PrepareOne(ctx, claims["held"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+
+	p = start()
+	defer func() { _ = p.Stop() }()
+	// A restart keeps a running pod's devices: the spec stays, prepare
+	// answers from the checkpoint.
+	if specs := specFiles(t, dirs.CDI, claims["held"]); len(specs) != 1 {
+		t.Fatalf("spec of a prepared claim lost over a restart: %v", specs)
+	}
+	again, err := p.Kubelet.PrepareOne(ctx, claims["held"])
+	if err != nil || !slices.Equal(ids, again) {
+		t.Fatalf("prepare after restart = %v, %v; want %v", again, err, ids)
+	}
+	if err := p.Kubelet.UnprepareOne(ctx, claims["held"]); err != nil {
+		t.Fatal(err)
+	}
+	if specs := specFiles(t, dirs.CDI, claims["held"]); len(specs) != 0 {
+		t.Errorf("CDI spec left after unprepare: %v", specs)
+	}
+}
+
+// A device is never handed to two claims, even if an allocation says so.
+func TestPrepareRefusesDeviceHeldByAnotherClaim(t *testing.T) {
+	ctx := context.Background()
+	_, _, claims, start := setup(t, map[string]int64{"first": 1})
+	first := claims["first"]
+	second := first.DeepCopy()
+	second.Name, second.UID = "second", "second-uid"
+	p := start(second)
+	defer func() { _ = p.Stop() }()
+	if _, err := p.Kubelet.PrepareOne(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Kubelet.PrepareOne(ctx, second)
+	if err == nil || !strings.Contains(err.Error(), "already prepared for claim default/first") {
+		t.Errorf("second claim on the same GPU: err = %v, want a conflict naming the first claim", err)
+	}
+}
+
+func allocatedGPUs(t *testing.T, node *simnode.Node, claim *resourceapi.ResourceClaim) []discovery.GPU {
+	t.Helper()
+	var out []discovery.GPU
+	for _, name := range at.Devices(claim) {
+		i := slices.IndexFunc(node.GPUs, func(g discovery.GPU) bool { return g.CanonicalName() == name })
+		if i < 0 {
+			t.Fatalf("allocated unknown device %s", name)
+		}
+		out = append(out, node.GPUs[i])
+	}
+	return out
+}
+
+// inject applies CDI devices to an empty OCI spec the way runtimes do.
+func inject(t *testing.T, cdiDir string, ids []string) *oci.Spec {
+	t.Helper()
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cdiDir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatalf("CDI cache: %v", err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("CDI spec errors: %v", errs)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		t.Fatalf("inject %v (unresolved %v): %v", ids, unresolved, err)
+	}
+	return spec
+}
+
+func specFiles(t *testing.T, dir string, claim *resourceapi.ResourceClaim) []string {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(dir, "*"+string(claim.UID)+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return matches
+}
+
+func env(spec *oci.Spec, key string) string {
+	for _, kv := range spec.Process.Env {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func devicePaths(spec *oci.Spec) []string {
+	var out []string
+	for _, d := range spec.Linux.Devices {
+		out = append(out, d.Path)
+	}
+	return out
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func isDigits(s string) bool {
+	return strings.Trim(s, "0123456789") == ""
+}
+
