@@ -67,17 +67,19 @@ var driverBinaries = []string{
 // WriteDriverRoot writes a simulated NVIDIA driver installation under root:
 //
 //	dev/nvidia<minor> per GPU, dev/nvidiactl, dev/nvidia-uvm, dev/nvidia-uvm-tools,
-//	dev/nvidia-caps/nvidia-cap1 (MIG config), nvidia-cap2 (monitor) and, for MIG-capable GPUs,
-//	the GPU- and compute-instance capability nodes of every possible instance;
-//	proc/driver/nvidia-caps/mig-minors, proc/driver/nvidia/capabilities/..., version and
-//	gpus/<bdf>/information in the driver's formats;
+//	dev/nvidia-caps/nvidia-cap1 (MIG config), nvidia-cap2 (monitor) and the capability nodes
+//	of the GPU and compute instances that exist (kept up to date as they are created);
+//	proc/driver/nvidia-caps/mig-minors (all 32 GPUs, like the driver's),
+//	proc/driver/nvidia/capabilities/mig/{config,monitor} and gpu<N>/mig/gi<G>[/ci<C>]/access
+//	of existing instances, version and gpus/<bdf>/information, in the driver's formats;
 //	usr/lib/x86_64-linux-gnu/<library>.so.<driver version> with their SONAME links;
 //	lib/firmware/nvidia/<driver version>/gsp_*.bin;
 //	usr/bin/nvidia-smi (a POSIX sh script, see nvidiasmi.go) and the other utilities.
 //
 // Device nodes are character devices 1:3 (/dev/null), made with mknod; only where mknod is not
-// permitted (EPERM) are they regular files. WriteDriverRoot is idempotent, and the machine keeps
-// nvidia-smi's MIG listing current as instances are created and destroyed.
+// permitted (EPERM) are they regular files. WriteDriverRoot is idempotent and leaves unchanged
+// files alone. The machine remembers root and keeps its MIG-dependent parts (nvidia-smi's
+// listing, capability nodes and files) current as instances are created and destroyed.
 func (m *Machine) WriteDriverRoot(root string) error {
 	if err := m.writeDriverRoot(root); err != nil {
 		return fmt.Errorf("write simulated driver root for %s under %s: %w", m.spec.name, root, err)
@@ -104,19 +106,6 @@ func (m *Machine) writeDriverRoot(root string) error {
 	for _, g := range m.gpus {
 		nodes[fmt.Sprintf("nvidia%d", g.index)] = 0o666
 		files[filepath.Join("proc/driver/nvidia/gpus", g.busID(), "information")] = g.information()
-		if g.spec.mig == nil {
-			continue
-		}
-		for gi := 0; gi < migGIsPerGPU; gi++ {
-			minor := giAccessMinor(g.index, gi)
-			nodes[fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor)] = 0o444
-			files[fmt.Sprintf("proc/driver/nvidia/capabilities/gpu%d/mig/gi%d/access", g.index, gi)] = capabilityFile(minor, 0o444)
-			for ci := 0; ci < migCIsPerGI; ci++ {
-				minor := ciAccessMinor(g.index, gi, ci)
-				nodes[fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor)] = 0o444
-				files[fmt.Sprintf("proc/driver/nvidia/capabilities/gpu%d/mig/gi%d/ci%d/access", g.index, gi, ci)] = capabilityFile(minor, 0o444)
-			}
-		}
 	}
 	for name, mode := range nodes {
 		if err := makeDeviceNode(filepath.Join(dev, name), mode); err != nil {
@@ -158,7 +147,7 @@ func (m *Machine) writeDriverRoot(root string) error {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.writeNvidiaSMI(root); err != nil {
+	if err := m.syncDriverRoot(root); err != nil {
 		return err
 	}
 	if !slices.Contains(m.driverRoots, root) {
@@ -167,12 +156,84 @@ func (m *Machine) writeDriverRoot(root string) error {
 	return nil
 }
 
-// refreshDriverRoots rewrites nvidia-smi in every driver root written so far, after a change of
-// MIG state. It is best effort: nvidia-smi's listing is informative. m.mu must be held.
+// refreshDriverRoots brings every driver root written so far up to date after a change of MIG
+// state. It is best effort: a failure there is not a failure of the NVML call that changed the
+// state. m.mu must be held.
 func (m *Machine) refreshDriverRoots() {
 	for _, root := range m.driverRoots {
-		_ = m.writeNvidiaSMI(root)
+		_ = m.syncDriverRoot(root)
 	}
+}
+
+// syncDriverRoot writes the parts of a driver root that follow MIG state: nvidia-smi's listing,
+// the capability device nodes of existing GPU and compute instances (created on demand and left
+// in place, like nvidia-modprobe does) and their /proc/driver/nvidia/capabilities entries (present
+// only while the instance exists, like the driver's). m.mu must be held.
+func (m *Machine) syncDriverRoot(root string) error {
+	if err := m.writeNvidiaSMI(root); err != nil {
+		return err
+	}
+	for _, g := range m.gpus {
+		if g.spec.mig == nil {
+			continue
+		}
+		capDir := filepath.Join(root, "proc/driver/nvidia/capabilities", fmt.Sprintf("gpu%d", g.index), "mig")
+		keep := map[string]bool{}
+		for _, gi := range g.sortedGpuInstances() {
+			giName := fmt.Sprintf("gi%d", gi.id)
+			keep[giName] = true
+			minor := giAccessMinor(g.index, int(gi.id))
+			if err := makeDeviceNode(filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor)), 0o444); err != nil {
+				return err
+			}
+			if err := writeFile(filepath.Join(capDir, giName, "access"), capabilityFile(minor, 0o444), 0o444); err != nil {
+				return err
+			}
+			for _, ci := range gi.sortedComputeInstances() {
+				minor := ciAccessMinor(g.index, int(gi.id), int(ci.id))
+				if err := makeDeviceNode(filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor)), 0o444); err != nil {
+					return err
+				}
+				if err := writeFile(filepath.Join(capDir, giName, fmt.Sprintf("ci%d", ci.id), "access"), capabilityFile(minor, 0o444), 0o444); err != nil {
+					return err
+				}
+			}
+			if err := removeAllExcept(filepath.Join(capDir, giName), ciNames(gi)); err != nil {
+				return err
+			}
+		}
+		if err := removeAllExcept(capDir, keep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ciNames(gi *gpuInstance) map[string]bool {
+	names := map[string]bool{"access": true}
+	for id := range gi.computeInstances {
+		names[fmt.Sprintf("ci%d", id)] = true
+	}
+	return names
+}
+
+// removeAllExcept removes the entries of dir whose names are not in keep.
+func removeAllExcept(dir string, keep map[string]bool) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // capabilityFile is the content of a /proc/driver/nvidia/capabilities/... file.

@@ -42,8 +42,17 @@ func TestWriteDriverRoot(t *testing.T) {
 		}
 	}
 
+	// A MIG device created after the driver root was written gets its capability nodes.
+	d := migGPU(t, m, 1)
+	threeG := profileByID(t, d, 9)
+	gi := get(d.CreateGpuInstanceWithPlacement(&threeG, &nvml.GpuInstancePlacement{Start: 4, Size: 4})).must(t, "3g at 4")
+	full := get(gi.GetComputeInstanceProfileInfo(2, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)).must(t, "3g CI")
+	ci := get(gi.CreateComputeInstance(&full)).must(t, "CI")
+	giMinor, ciMinor := giAccessMinor(1, 2), ciAccessMinor(1, 2, 0) // GPU 1, GI 2 (3g at 4), CI 0
+
 	nodes := []string{"nvidia0", "nvidia7", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools",
-		"nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2", "nvidia-caps/nvidia-cap12", "nvidia-caps/nvidia-cap1082"}
+		"nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2",
+		fmt.Sprintf("nvidia-caps/nvidia-cap%d", giMinor), fmt.Sprintf("nvidia-caps/nvidia-cap%d", ciMinor)}
 	if os.Geteuid() != 0 {
 		t.Logf("not root: device nodes may be regular files where mknod is not permitted")
 	}
@@ -78,9 +87,22 @@ func TestWriteDriverRoot(t *testing.T) {
 	if len(minors) != 2+32*15*9 {
 		t.Errorf("mig-minors has %d lines, want %d", len(minors), 2+32*15*9)
 	}
-	caps, err := os.ReadFile(filepath.Join(root, "proc/driver/nvidia/capabilities/gpu1/mig/gi2/ci1/access"))
-	if err != nil || !strings.Contains(string(caps), fmt.Sprintf("DeviceFileMinor: %d\n", ciAccessMinor(1, 2, 1))) {
-		t.Errorf("GI/CI capability file: %q, %v", caps, err)
+	ciCap := filepath.Join(root, "proc/driver/nvidia/capabilities/gpu1/mig/gi2/ci0/access")
+	caps, err := os.ReadFile(ciCap)
+	if err != nil || string(caps) != fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", ciMinor) {
+		t.Errorf("compute instance capability file: %q, %v", caps, err)
+	}
+	if ret := ci.Destroy(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	if ret := gi.Destroy(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	if _, err := os.Stat(filepath.Dir(ciCap)); err == nil {
+		t.Errorf("capability files of destroyed instances remain")
+	}
+	if _, err := os.Stat(filepath.Join(root, "proc/driver/nvidia/capabilities/mig/config")); err != nil {
+		t.Errorf("mig/config capability: %v", err)
 	}
 	info, err := os.ReadFile(filepath.Join(root, "proc/driver/nvidia/gpus/0000:47:00.0/information"))
 	if err != nil || !strings.Contains(string(info), "Device Minor: \t 2") || !strings.Contains(string(info), m.GPUUUID(2)) {

@@ -95,7 +95,14 @@ func (m *Machine) writeSysfs(root string) error {
 }
 
 // writeFile writes content to path, creating parent directories and replacing a read-only file.
+// A file that already has that content and mode is left alone.
 func writeFile(path, content string, perm os.FileMode) error {
+	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() && st.Mode().Perm() == perm &&
+		st.Size() == int64(len(content)) {
+		if old, err := os.ReadFile(path); err == nil && string(old) == content {
+			return nil
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
