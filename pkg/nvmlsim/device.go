@@ -141,6 +141,15 @@ func (g *gpu) newHandle() *mock.Device {
 		return ext, nvml.SUCCESS
 	}
 	d.GetNumaNodeIdFunc = func() (int, nvml.Return) { return g.numaNode(), nvml.SUCCESS }
+	// x86 hosts without ATS: heterogeneous memory management, as these GPUs report on DGX systems.
+	d.GetAddressingModeFunc = func() (nvml.DeviceAddressingMode, nvml.Return) {
+		return nvml.DeviceAddressingMode{Version: 1, Value: uint32(nvml.DEVICE_ADDRESSING_MODE_HMM)}, nvml.SUCCESS
+	}
+	if g.m.spec.nvlink.links() > 0 {
+		// SXM modules on an HGX baseboard are numbered from 1; PCIe cards have no module ID.
+		d.GetModuleIdFunc = func() (int, nvml.Return) { return g.index + 1, nvml.SUCCESS }
+	}
+	d.GetBoardIdFunc = func() (uint32, nvml.Return) { return uint32(g.m.spec.buses[g.index]) << 8, nvml.SUCCESS }
 	d.GetCurrPcieLinkGenerationFunc = func() (int, nvml.Return) { return s.pcieGen, nvml.SUCCESS }
 	d.GetMaxPcieLinkGenerationFunc = d.GetCurrPcieLinkGenerationFunc
 	d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return s.pcieWidth, nvml.SUCCESS }

@@ -59,13 +59,17 @@ func lastIsReturn(ft reflect.Type) bool {
 	return ft.NumOut() > 0 && ft.Out(ft.NumOut()-1) == returnType
 }
 
-// failWith returns zero values of ft's results with the last one set to ret.
+// failWith returns zero values of ft's results with every nvml.Return among them set to ret
+// (SetMigMode returns an activation status and a result: both fail).
 func failWith(ft reflect.Type, ret nvml.Return) []reflect.Value {
 	outs := make([]reflect.Value, ft.NumOut())
 	for i := range outs {
-		outs[i] = reflect.Zero(ft.Out(i))
+		if ft.Out(i) == returnType {
+			outs[i] = reflect.ValueOf(ret)
+		} else {
+			outs[i] = reflect.Zero(ft.Out(i))
+		}
 	}
-	outs[len(outs)-1] = reflect.ValueOf(ret)
 	return outs
 }
 
