@@ -30,6 +30,10 @@ const (
 	// PrepareCompleted is recorded once everything for the claim exists and
 	// its CDI device IDs were returned to the kubelet.
 	PrepareCompleted ClaimState = "PrepareCompleted"
+	// UnprepareStarted is recorded before the plugin starts undoing a
+	// claim's preparation. Finding a claim in this state after a restart
+	// means the undo was interrupted: the plugin finishes it.
+	UnprepareStarted ClaimState = "UnprepareStarted"
 )
 
 // Device kinds used by this driver. PreparedDevice.Kind is free-form so that

@@ -131,6 +131,7 @@ const (
 	FaultPrepareStarted    = "prepare:started-recorded"
 	FaultPrepareCDIWritten = "prepare:cdi-written"
 	FaultPrepareCompleted  = "prepare:completed-recorded"
+	FaultUnprepareStarted  = "unprepare:started-recorded"
 	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
 	FaultUnprepareDone     = "unprepare:forgotten"
 )

@@ -137,7 +137,11 @@ func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevi
 func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	devices := make([]cdi.ClaimDevice, 0, len(entry.Devices))
 	for _, pd := range entry.Devices {
-		gpu := d.devices[pd.Device].gpu
+		dev, ok := d.devices[pd.Device]
+		if !ok {
+			return fmt.Errorf("device %s is no longer present on this node", pd.Device)
+		}
+		gpu := dev.gpu
 		devices = append(devices, cdi.ClaimDevice{
 			Name:        pd.Device,
 			Request:     pd.Request,
@@ -202,6 +206,15 @@ func (d *Driver) unprepareClaim(ctx context.Context, obj kubeletplugin.Namespace
 // and forgets the claim. Each step is idempotent, so a rollback interrupted
 // by a crash is simply run again. The caller holds the entry's GPU locks.
 func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+	if entry.State == checkpoint.PrepareCompleted {
+		// Mark the claim as going away first: a crash from here on must
+		// finish the undo on restart, not trust a half-removed claim.
+		entry.State = checkpoint.UnprepareStarted
+		if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+			return err
+		}
+		d.fault(FaultUnprepareStarted)
+	}
 	if err := d.opts.CDI.RemoveClaimSpec(ctx, entry.UID); err != nil {
 		return fmt.Errorf("remove CDI spec: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
@@ -49,14 +50,31 @@ func (d *Driver) recover(ctx context.Context) error {
 			return fmt.Errorf("roll back claim %s/%s: %w", entry.Namespace, entry.Name, err)
 		}
 	}
+	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
 		if entry, ok := d.cp.Get(spec.Claim.UID); ok && entry.State == checkpoint.PrepareCompleted {
+			haveSpec[spec.Claim.UID] = spec.Err == nil
 			continue
 		}
 		logger.Info("Removing orphaned CDI spec", "claimUID", spec.Claim.UID)
 		if err := d.opts.CDI.RemoveClaimSpec(ctx, spec.Claim.UID); err != nil {
 			return fmt.Errorf("remove orphaned CDI spec of claim %s: %w", spec.Claim.UID, err)
 		}
+	}
+	// A prepared claim whose spec vanished (removed by hand, unreadable)
+	// would make its containers fail to start: write it again.
+	for uid, entry := range d.cp.All() {
+		if haveSpec[uid] {
+			continue
+		}
+		entry := cloneClaim(entry)
+		logger.Info("Rewriting missing CDI spec of a prepared claim", "claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", uid)
+		if err := d.writeCDI(ctx, entry); err != nil {
+			// Not fatal: the plugin must keep serving the other claims.
+			logger.Error(err, "Cannot rewrite CDI spec; containers of this claim cannot start until it is unprepared", "claim", klog.KRef(entry.Namespace, entry.Name))
+			continue
+		}
+		d.cp.Put(entry)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

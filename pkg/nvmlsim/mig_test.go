@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -459,5 +460,61 @@ func TestComputeInstancePlacements(t *testing.T) {
 	}
 	if got := get(d.GetGpuInstances(&sevenG)).must(t, "GetGpuInstances"); len(got) != 1 || got[0] != gi {
 		t.Errorf("GetGpuInstances(7g) = %v", got)
+	}
+}
+
+func TestConcurrentMIGChanges(t *testing.T) {
+	m := started(t, "dgxb200", WithStateFile(t.TempDir()+"/state.json"))
+	var wg sync.WaitGroup
+	for i := 0; i < m.GPUCount(); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, _ := m.DeviceGetHandleByIndex(i)
+			d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+			info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+			for range 3 {
+				var gis []nvml.GpuInstance
+				for {
+					gi, ret := d.CreateGpuInstance(&info)
+					if ret != nvml.SUCCESS {
+						break
+					}
+					gis = append(gis, gi)
+				}
+				if len(gis) != 7 {
+					t.Errorf("GPU %d: %d 1g instances, want 7", i, len(gis))
+				}
+				for _, gi := range gis {
+					if ret := gi.Destroy(); ret != nvml.SUCCESS {
+						t.Errorf("GPU %d: destroy: %v", i, ret)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 0; i < m.GPUCount(); i++ {
+		if got := m.GpuInstances(i); len(got) != 0 {
+			t.Errorf("GPU %d: %d GPU instances left", i, len(got))
+		}
+	}
+}
+
+func TestMediaExtensionProfile(t *testing.T) {
+	m := started(t, "dgxh100")
+	d := migGPU(t, m, 0)
+	me := profileByID(t, d, 20)
+	oneG := profileByID(t, d, 19)
+	get(d.CreateGpuInstance(&me)).must(t, "1g.10gb+me")
+	if _, ret := d.CreateGpuInstance(&me); ret != nvml.ERROR_INSUFFICIENT_RESOURCES {
+		t.Fatalf("second +me instance: %v", ret)
+	}
+	if n := get(d.GetGpuInstanceRemainingCapacity(&oneG)).must(t, "remaining"); n != 6 {
+		t.Fatalf("1g.10gb remaining next to 1g.10gb+me: %d, want 6", n)
+	}
+	starts, ret := createAll(t, d, 19)
+	if len(starts) != 6 || ret != nvml.ERROR_INSUFFICIENT_RESOURCES {
+		t.Fatalf("created %d 1g.10gb next to +me, then %v", len(starts), ret)
 	}
 }

@@ -6,6 +6,7 @@ package node
 import (
 	"context"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 )
@@ -234,3 +236,39 @@ func isDigits(s string) bool {
 	return strings.Trim(s, "0123456789") == ""
 }
 
+
+// A corrupt checkpoint is moved aside and the prepared claims are rebuilt
+// from the CDI specs; the plugin starts instead of crash-looping.
+func TestCorruptCheckpointRecovery(t *testing.T) {
+	ctx := context.Background()
+	dirs, _, claims, start := setup(t, map[string]int64{"kept": 2})
+	p := start()
+	ids, err := p.Kubelet.PrepareOne(ctx, claims["kept"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cpPath := filepath.Join(dirs.PluginData, app.CheckpointFile)
+	if err := os.WriteFile(cpPath, []byte(`{"version":"v1","checksum":"sha256:00","data":{"claims":{}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	p = start()
+	defer func() { _ = p.Stop() }()
+	moved, _ := filepath.Glob(cpPath + ".corrupt-*")
+	if len(moved) != 1 {
+		t.Errorf("corrupt checkpoint not quarantined: %v", moved)
+	}
+	again, err := p.Kubelet.PrepareOne(ctx, claims["kept"])
+	if err != nil || !slices.Equal(ids, again) {
+		t.Fatalf("prepare after recovery = %v, %v; want %v from the rebuilt checkpoint", again, err, ids)
+	}
+	if err := p.Kubelet.UnprepareOne(ctx, claims["kept"]); err != nil {
+		t.Fatal(err)
+	}
+	if specs := specFiles(t, dirs.CDI, claims["kept"]); len(specs) != 0 {
+		t.Errorf("CDI spec left after unprepare: %v", specs)
+	}
+}

@@ -1,0 +1,271 @@
+// Package crash kills the real plugin process with SIGKILL in the middle of
+// prepare and unprepare — at every step between side effects and at random
+// moments — restarts it, and checks that the node converges: no orphaned
+// CDI specs, no half-prepared checkpoint entries, and the kubelet's retry
+// succeeds.
+package crash
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+)
+
+const (
+	driverName = "gpu.dra.dev"
+	nodeName   = "node-1"
+	machine    = "dgxh100"
+
+	envChild   = "GPU_DRA_CRASH_CHILD_ROOT"
+	envCrashAt = "GPU_DRA_CRASH_AT"
+	claimsFile = "claims.json"
+)
+
+// TestMain doubles as the plugin process: with envChild set, the test
+// binary runs the plugin (pkg/app.Run) instead of the tests.
+func TestMain(m *testing.M) {
+	if root := os.Getenv(envChild); root != "" {
+		if err := runChild(root, os.Getenv(envCrashAt)); err != nil {
+			fmt.Fprintln(os.Stderr, "plugin:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(root, crashAt string) error {
+	data, err := os.ReadFile(filepath.Join(root, claimsFile))
+	if err != nil {
+		return err
+	}
+	var claims []*resourceapi.ResourceClaim
+	if err := json.Unmarshal(data, &claims); err != nil {
+		return err
+	}
+	dirs, err := plugintest.NewDirs(root)
+	if err != nil {
+		return err
+	}
+	cfg := dirs.Config(machine, nodeName)
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)
+	cfg.FaultHook = func(point string) {
+		if point == crashAt {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // never return into the next step
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return app.Run(ctx, cfg)
+}
+
+type child struct {
+	cmd     *exec.Cmd
+	kubelet *kubeletstandin.Kubelet
+	done    chan error
+}
+
+func startChild(t *testing.T, dirs plugintest.Dirs, crashAt string) *child {
+	t.Helper()
+	_ = os.RemoveAll(dirs.Registrar)
+	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.OpenFile(filepath.Join(dirs.Root, "plugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait() }()
+	k, err := kubeletstandin.Register(context.Background(), dirs.Registrar, 30*time.Second)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		<-c.done
+		t.Fatalf("plugin did not register: %v\n%s", err, pluginLog(dirs))
+	}
+	c.kubelet = k
+	return c
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+	_ = c.kubelet.Close()
+}
+
+func (c *child) stop(t *testing.T) {
+	t.Helper()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.done:
+		if err != nil {
+			t.Errorf("plugin exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("plugin ignored SIGTERM")
+		c.kill()
+	}
+	_ = c.kubelet.Close()
+}
+
+func pluginLog(dirs plugintest.Dirs) string {
+	data, _ := os.ReadFile(filepath.Join(dirs.Root, "plugin.log"))
+	return string(data)
+}
+
+// step is one crash experiment: an operation and where it dies.
+type step struct {
+	prepare bool
+	crashAt string        // a driver fault point, or "" for a random-time kill
+	delay   time.Duration // random kill delay after the call starts
+}
+
+func TestCrashConvergence(t *testing.T) {
+	dirs, err := plugintest.NewDirs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := simnode.New(t, machine, nodeName)
+	cluster := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
+	claim := cluster.MustAllocate(t, nodeName, at.Claim("victim", at.Exactly("gpus", driverName, 2)))[0]
+	data, err := json.Marshal([]*resourceapi.ResourceClaim{claim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dirs.Root, claimsFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every step between side effects, then random moments. Prepare and
+	// unprepare alternate: each step leaves the claim as its operation
+	// does once the retry succeeded.
+	steps := []step{
+		{prepare: true, crashAt: driver.FaultPrepareStarted},
+		{prepare: false, crashAt: driver.FaultUnprepareCDIGone},
+		{prepare: true, crashAt: driver.FaultPrepareCDIWritten},
+		{prepare: false, crashAt: driver.FaultUnprepareDone},
+		{prepare: true, crashAt: driver.FaultPrepareCompleted},
+		{prepare: false, crashAt: driver.FaultUnprepareStarted},
+	}
+	iterations := 12
+	if testing.Short() {
+		iterations = 4
+	}
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	for i := range iterations {
+		steps = append(steps, step{prepare: i%2 == 0, delay: time.Duration(rng.IntN(4000)) * time.Microsecond})
+	}
+
+	ctx := context.Background()
+	for i, s := range steps {
+		t.Logf("step %d: prepare=%v crashAt=%q delay=%v", i, s.prepare, s.crashAt, s.delay)
+		c := startChild(t, dirs, s.crashAt)
+		errc := make(chan error, 1)
+		go func() {
+			if s.prepare {
+				_, err := c.kubelet.PrepareOne(ctx, claim)
+				errc <- err
+			} else {
+				errc <- c.kubelet.UnprepareOne(ctx, claim)
+			}
+		}()
+		if s.crashAt == "" {
+			time.Sleep(s.delay)
+			c.kill()
+		} else {
+			select {
+			case <-c.done:
+				_ = c.kubelet.Close()
+			case <-time.After(30 * time.Second):
+				t.Fatalf("plugin did not crash at %s\n%s", s.crashAt, pluginLog(dirs))
+			}
+		}
+		<-errc // the call fails or finished before the kill; either is fine
+
+		c = startChild(t, dirs, "")
+		checkConsistent(t, dirs, claim.UID)
+		// The kubelet retries the operation until it succeeds.
+		if s.prepare {
+			if _, err := c.kubelet.PrepareOne(ctx, claim); err != nil {
+				t.Fatalf("step %d: prepare after restart: %v\n%s", i, err, pluginLog(dirs))
+			}
+			if !hasSpec(t, dirs, claim.UID) || !completed(t, dirs, claim.UID) {
+				t.Fatalf("step %d: prepared claim lacks spec or checkpoint entry", i)
+			}
+		} else {
+			if err := c.kubelet.UnprepareOne(ctx, claim); err != nil {
+				t.Fatalf("step %d: unprepare after restart: %v", i, err)
+			}
+			if hasSpec(t, dirs, claim.UID) || completed(t, dirs, claim.UID) {
+				t.Fatalf("step %d: unprepared claim left a spec or checkpoint entry", i)
+			}
+		}
+		checkConsistent(t, dirs, claim.UID)
+		c.stop(t)
+	}
+}
+
+// checkConsistent asserts the invariant a restart must establish: no
+// half-prepared claims, and a spec exists exactly for completed claims.
+func checkConsistent(t *testing.T, dirs plugintest.Dirs, uid types.UID) {
+	t.Helper()
+	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, app.CheckpointFile)).Load(context.Background())
+	if err != nil {
+		t.Fatalf("load checkpoint: %v", err)
+	}
+	for _, c := range cp.All() {
+		if c.State != checkpoint.PrepareCompleted {
+			t.Errorf("claim %s left in state %s after restart", c.UID, c.State)
+		}
+	}
+	if hasSpec(t, dirs, uid) != completed(t, dirs, uid) {
+		t.Errorf("spec present=%v but checkpoint completed=%v\n%s", hasSpec(t, dirs, uid), completed(t, dirs, uid), pluginLog(dirs))
+	}
+}
+
+func hasSpec(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(dirs.CDI, "*"+string(uid)+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(matches) > 0
+}
+
+func completed(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
+	t.Helper()
+	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, app.CheckpointFile)).Load(context.Background())
+	if err != nil {
+		t.Fatalf("load checkpoint: %v", err)
+	}
+	c, ok := cp.Get(uid)
+	return ok && c.State == checkpoint.PrepareCompleted
+}
