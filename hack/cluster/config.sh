@@ -62,3 +62,12 @@ gdd_pid() {
 	[[ $(basename "${exe% (deleted)}") == "$name" ]]
 	echo "$pid"
 }
+
+# gdd_apiserver_dnat_rules prints the iptables nat rules (without -A/-D) that
+# up.sh adds and down.sh removes, one per line.
+gdd_apiserver_dnat_rules() {
+	local m="-d $GDD_SERVICE_IP/32 -p tcp --dport 443 -m comment --comment gdd-apiserver:$GDD_STATE_DIR"
+	local to="-j DNAT --to-destination 127.0.0.1:$GDD_APISERVER_PORT"
+	echo "OUTPUT $m $to"
+	echo "PREROUTING -i $GDD_CNI_BRIDGE $m $to"
+}

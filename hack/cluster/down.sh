@@ -124,10 +124,6 @@ unmount_all() {
 }
 
 main() {
-	if [[ ! -e $GDD_STATE_DIR ]]; then
-		say "nothing to do: $GDD_STATE_DIR does not exist"
-		return 0
-	fi
 	stop kubelet 15
 	remove_containers
 	stop containerd 10
@@ -138,6 +134,11 @@ main() {
 	stop etcd
 
 	unmount_all || gdd_die "mounts left under $GDD_STATE_DIR: $(mounts_below | tr '\n' ' '); not removing it"
+	local rule
+	while IFS= read -r rule; do
+		# shellcheck disable=SC2086
+		while iptables -t nat -D $rule 2>/dev/null; do say "removed iptables rule nat $rule"; done
+	done < <(gdd_apiserver_dnat_rules)
 	if ip link show "$GDD_CNI_BRIDGE" >/dev/null 2>&1; then
 		ip link delete "$GDD_CNI_BRIDGE" && say "deleted bridge $GDD_CNI_BRIDGE"
 	fi
@@ -147,7 +148,9 @@ main() {
 		rm -f -- "$f" && say "removed CDI spec $f"
 	done
 
-	if $purge; then
+	if [[ ! -e $GDD_STATE_DIR ]]; then
+		:
+	elif $purge; then
 		rm -rf --one-file-system -- "$GDD_STATE_DIR"
 	else
 		find "$GDD_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf --one-file-system -- {} +

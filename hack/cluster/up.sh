@@ -273,6 +273,24 @@ EOF
 	gdd_log "imported images: $("$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 }
 
+# expose_apiserver makes https://$GDD_SERVICE_IP:443 (the "kubernetes" Service,
+# which in-cluster clients use) reach the loopback apiserver, as kube-proxy would:
+# a DNAT for host-network processes (nat OUTPUT) and one for pods on the CNI bridge
+# (nat PREROUTING; needs route_localnet on that bridge only). down.sh removes both.
+expose_apiserver() {
+	local rule
+	if ! ip link show "$GDD_CNI_BRIDGE" >/dev/null 2>&1; then
+		ip link add "$GDD_CNI_BRIDGE" type bridge
+	fi
+	ip link set "$GDD_CNI_BRIDGE" up
+	sysctl -qw "net.ipv4.conf.$GDD_CNI_BRIDGE.route_localnet=1"
+	while IFS= read -r rule; do
+		# shellcheck disable=SC2086
+		iptables -t nat -C $rule 2>/dev/null || iptables -t nat -A $rule
+	done < <(gdd_apiserver_dnat_rules)
+	gdd_log "in-cluster API: https://$GDD_SERVICE_IP:443 -> 127.0.0.1:$GDD_APISERVER_PORT"
+}
+
 start_kubelet() {
 	mkdir -p "$GDD_KUBELET_DIR" "$S/pod-logs"
 	cat >"$S/kubelet.yaml" <<EOF
@@ -345,6 +363,7 @@ main() {
 	start_apiserver
 	start_controllers
 	start_containerd
+	expose_apiserver
 	start_kubelet
 	wait_for kube-controller-manager "kube-controller-manager healthy" curl -fsSk https://127.0.0.1:10257/healthz
 	wait_for kube-scheduler "kube-scheduler healthy" curl -fsSk https://127.0.0.1:10259/healthz

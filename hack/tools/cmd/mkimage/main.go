@@ -39,7 +39,7 @@ type config struct {
 }
 
 // defaultApplets are the busybox applets linked into /bin when -busybox is given.
-const defaultApplets = "sh,ls,cat,env,sleep,echo,mkdir,rm,cp,mv,ln,ps,id,hostname,mount,grep,wc,head,tail,true,false,test,uname,date,stat,find,sed,awk,vi,du,df,nproc,printenv,which,kill,ip,nslookup,wget"
+const defaultApplets = "sh,ls,cat,env,sleep,echo,mkdir,rm,cp,mv,ln,ps,id,hostname,mount,grep,wc,head,tail,true,false,test,nc,uname,date,stat,find,sed,awk,vi,du,df,nproc,printenv,which,kill,ip,nslookup,wget"
 
 type listFlag []string
 
