@@ -101,6 +101,13 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 		if !ok {
 			return nil, nil, fmt.Errorf("request %q: device %q is not published by this node", r.Request, r.Device)
 		}
+		cfg, err := d.requestConfig(claim, r.Request)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := checkWholeGPUConfig(cfg, r.Device); err != nil {
+			return nil, nil, err
+		}
 		pd := checkpoint.PreparedDevice{
 			Request: r.Request, Pool: r.Pool, Device: r.Device,
 			Kind: checkpoint.DeviceKindGPU, UUIDs: []string{dev.gpu.UUID},
