@@ -142,3 +142,27 @@ func gpuByName(t *testing.T, n *simnode.Node, name string) *discovery.GPU {
 	}
 	return &n.GPUs[i]
 }
+
+// BenchmarkAllocateWholeGPU is the scheduler's allocator time for one
+// one-GPU claim on a dgxh100 node with half its GPUs taken.
+func BenchmarkAllocateWholeGPU(b *testing.B) {
+	n := simnode.New(b, "dgxh100", "dgxh100")
+	slices := n.Slices(driverName)
+	for i, s := range slices {
+		s.Name = s.GenerateName + string(rune('a'+i))
+	}
+	c := at.NewCluster(slices, deviceclass.DeviceClasses(driverName))
+	for range 4 {
+		c.MustAllocate(b, "dgxh100", at.Claim("held", at.Exactly("gpu", driverName, 1)))
+	}
+	held := len(c.Allocated)
+	ctx := b.Context()
+	b.ResetTimer()
+	for range b.N {
+		out, err := c.Allocate(ctx, "dgxh100", at.Claim("bench", at.Exactly("gpu", driverName, 1)))
+		if err != nil || out == nil {
+			b.Fatalf("allocate: %v", err)
+		}
+		c.Allocated = c.Allocated[:held]
+	}
+}

@@ -86,7 +86,7 @@ type child struct {
 	done    chan error
 }
 
-func startChild(t *testing.T, dirs plugintest.Dirs, crashAt string) *child {
+func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
 	t.Helper()
 	_ = os.RemoveAll(dirs.Registrar)
 	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
@@ -121,7 +121,7 @@ func (c *child) kill() {
 	_ = c.kubelet.Close()
 }
 
-func (c *child) stop(t *testing.T) {
+func (c *child) stop(t testing.TB) {
 	t.Helper()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {

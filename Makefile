@@ -1,0 +1,38 @@
+# gpu-dra-driver — everyday entry points. `make help` lists them.
+SHELL := /bin/bash
+export CGO_ENABLED := 1
+# go-nvml's generated cgo wrappers call deprecated NVML functions; the
+# warnings say nothing about this project.
+export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
+GO ?= go
+BIN := bin
+FUZZTIME ?= 30s
+
+.PHONY: help build test unit fuzz vet bench print-slices clean
+
+help: ## Show targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## Build the binaries into bin/
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet: ## go vet
+	$(GO) vet ./...
+
+unit: ## Unit, node (kubelet stand-in) and crash tests
+	$(GO) test -count=1 ./...
+
+fuzz: ## Fuzz the parameter API decoder for $(FUZZTIME) (corpus checked in)
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeDefaultValidate -fuzztime=$(FUZZTIME) ./api/gpu/v1beta1
+
+test: vet unit fuzz ## Everything CI runs (.ci/run)
+	cd hack/tools && $(GO) test -count=1 ./cmd/mkimage/...
+
+bench: build ## Benchmarks, printed as a table (figures go to docs/performance.md)
+	./hack/bench.sh
+
+print-slices: build ## Print the ResourceSlices of a simulated machine: make print-slices MACHINE=dgxh100
+	./$(BIN)/dra-kubelet-plugin --simulate=$(or $(MACHINE),dgxh100) --node-name=$(or $(NODE),node-1) --print-slices
+
+clean:
+	rm -rf $(BIN)
