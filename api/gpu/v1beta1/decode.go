@@ -71,6 +71,9 @@ func Decode(data []byte) (Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
 	}
+	if errs := unsafeQuantities(jsonData); len(errs) > 0 {
+		return nil, fmt.Errorf("decode %s: %w", kind, errs.ToAggregate())
+	}
 	obj, _, err := strictDecoder.Decode(jsonData, nil, nil)
 	if err != nil {
 		// A strict decoding error comes with a filled-in object; it is

@@ -373,7 +373,46 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 		},
 		"astronomical limit": {
 			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1e100"}`),
-			want: []string{"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value", "must be at most 1Ti"},
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e100"`, "exponent from e-30 to e30"},
+		},
+		"large exponent under the bound": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1e30"}`),
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e30": must be at most 1Ti`},
+		},
+		"small exponent under the bound": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1e-30"}`),
+			// Quantities keep nine decimal places: 1e-30 reads as 1e-9.
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e-9": must be at least 1Mi`},
+		},
+		// ParseQuantity does not return for minutes on these; Decode must
+		// refuse them before parsing.
+		"extreme negative exponent": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1e-999999999"}`),
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e-999999999"`},
+		},
+		"extreme exponent as a JSON number": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":1e-999999999}`),
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e-999999999"`},
+		},
+		"extreme exponent hidden in a duplicate": {
+			in: mps(`{"defaultPinnedDeviceMemoryLimit":"1e-999999999","defaultPinnedDeviceMemoryLimit":"1Gi",` +
+				`"defaultPerDevicePinnedMemoryLimit":{"0":"2E-999999999","0":"1Gi"}}`),
+			want: []string{
+				`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e-999999999"`,
+				`sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[0]: Invalid value: "2E-999999999"`,
+			},
+		},
+		"extreme exponent in YAML": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsharing:\n  strategy: MPS\n  mpsConfig:\n    defaultPinnedDeviceMemoryLimit: \"1e-999999999\"\n",
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e-999999999"`},
+		},
+		"extreme positive exponent": {
+			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"1":"1e999999999"}}`),
+			want: []string{`sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[1]: Invalid value: "1e999999999"`},
+		},
+		"overlong quantity": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"0.` + strings.Repeat("0", 70) + `1"}`),
+			want: []string{"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value", "at most 64 characters"},
 		},
 		"empty limit string": {
 			in:   mps(`{"defaultPinnedDeviceMemoryLimit":""}`),

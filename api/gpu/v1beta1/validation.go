@@ -167,14 +167,40 @@ func validatePinnedLimit(q resource.Quantity, path *field.Path) field.ErrorList 
 		detail = "must not be negative"
 	case q.Sign() == 0:
 		detail = "must be greater than zero; leave the limit out to derive it from the claim's capacity"
-	case q.Cmp(minPinnedDeviceMemoryLimit) < 0:
+	case tooSmall(q):
 		detail = "must be at least 1Mi: MPS counts pinned device memory in whole megabytes"
-	case q.Cmp(maxPinnedDeviceMemoryLimit) > 0:
+	case tooLarge(q):
 		detail = "must be at most 1Ti, more than the memory of any GPU"
 	default:
 		return nil
 	}
 	return field.ErrorList{field.Invalid(path, q.String(), detail)}
+}
+
+// tooSmall reports whether a positive q is below 1Mi. It settles clear
+// cases by magnitude, so that Cmp, slow for extreme exponents, only ever
+// compares quantities of similar size.
+func tooSmall(q resource.Quantity) bool {
+	lo, hi := log10Bounds(q)
+	switch {
+	case hi <= 6: // below 1e6 < 1Mi
+		return true
+	case lo >= 7: // at least 1e7 > 1Mi
+		return false
+	}
+	return q.Cmp(minPinnedDeviceMemoryLimit) < 0
+}
+
+// tooLarge reports whether a positive q is above 1Ti, like tooSmall.
+func tooLarge(q resource.Quantity) bool {
+	lo, hi := log10Bounds(q)
+	switch {
+	case lo >= 13: // at least 1e13 > 1Ti
+		return true
+	case hi <= 12: // below 1e12 < 1Ti
+		return false
+	}
+	return q.Cmp(maxPinnedDeviceMemoryLimit) > 0
 }
 
 func validateDeviceKey(key string, path *field.Path, devices deviceKind) field.ErrorList {

@@ -111,6 +111,25 @@ func TestValidate(t *testing.T) {
 				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[32]"},
 			},
 		},
+		// Quantities built in Go skip the decoder's guard; Validate must
+		// still answer at once (Cmp alone would run for minutes).
+		"extreme quantities built in Go": {
+			cfg: &GpuConfig{Sharing: &GpuSharing{Strategy: MPSStrategy, MPSConfig: &MPSConfig{
+				DefaultPinnedDeviceMemoryLimit: resource.NewScaledQuantity(1, 999999999),
+				DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{
+					"0": *resource.NewScaledQuantity(1, -999999999),
+					"1": *resource.NewScaledQuantity(1048575, 0),
+					"2": *resource.NewScaledQuantity(1099511627777, 0),
+					"3": *resource.NewScaledQuantity(10485760, -1), // exactly 1Mi
+				},
+			}}},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[0]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[1]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[2]"},
+			},
+		},
 		"unknown client priority": {
 			cfg: &GpuConfig{Sharing: &GpuSharing{Strategy: MPSStrategy,
 				MPSConfig: &MPSConfig{ClientPriority: ptr(MPSClientPriority("High"))}}},
