@@ -1,0 +1,443 @@
+package sharing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"k8s.io/klog/v2"
+
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+)
+
+// maxSocketPath is the longest unix socket path Linux accepts (108 bytes
+// with the terminating NUL).
+const maxSocketPath = 107
+
+// maxSocketName is what MPSOptions.Dir must leave room for: MPS creates
+// sockets such as "control" and "control_privileged" in the pipe directory.
+const maxSocketName = 24
+
+// MPSOptions configure an MPSManager.
+type MPSOptions struct {
+	// Dir holds one directory per device under MPS, with the daemon's pipe
+	// and log directories and a small state file, for example
+	// <plugin data dir>/mps. It must be absolute and short: unix sockets
+	// live two levels below it, and their paths may not exceed 107 bytes,
+	// so Dir may have at most 60 bytes.
+	Dir string
+	// HostDir is Dir as the host (and so the container runtime) sees it,
+	// when the plugin sees it elsewhere; empty means Dir.
+	HostDir string
+	// ControlBinary is nvidia-cuda-mps-control, normally the driver root's
+	// usr/bin/nvidia-cuda-mps-control as the plugin sees it.
+	ControlBinary string
+	// ComputeModes reads and sets compute modes, normally
+	// NewNVMLComputeModes.
+	ComputeModes ComputeModes
+	// ContainerPipeDir is where containers see the pipe directory; empty
+	// means DefaultContainerPipeDir.
+	ContainerPipeDir string
+	// Env are extra "NAME=value" variables for the control daemon and
+	// client, for example an LD_LIBRARY_PATH that finds the driver root's
+	// libraries. They are added to the plugin's environment.
+	Env []string
+	// StartTimeout bounds starting a daemon until it accepts commands;
+	// 0 means 10 seconds.
+	StartTimeout time.Duration
+	// StopTimeout bounds waiting for a daemon to exit after quit, and
+	// after each signal; 0 means 10 seconds.
+	StopTimeout time.Duration
+	// CommandTimeout bounds one control command; 0 means 10 seconds.
+	CommandTimeout time.Duration
+}
+
+// MPSManager runs one MPS control daemon per GPU or MIG device shared under
+// MPS: it starts the daemon with a device's first share and stops it after
+// the last one. It is safe for concurrent use.
+type MPSManager struct {
+	opts  MPSOptions
+	locks *keyedMutex
+}
+
+// mpsState is a device's state file.
+type mpsState struct {
+	Version    int    `json:"version"`
+	UUID       string `json:"uuid"`
+	ParentUUID string `json:"parentUUID,omitempty"`
+	Index      int    `json:"index"`
+	// Shares are the IDs of the device's shares, sorted.
+	Shares []string `json:"shares"`
+	// Settings are the daemon defaults, from the first share's config.
+	Settings mpsSettings `json:"settings"`
+	// RestoreComputeMode is the compute mode to set after the last share;
+	// nil when the plugin did not change it. It is recorded before the
+	// change.
+	RestoreComputeMode *int `json:"restoreComputeMode,omitempty"`
+	// PID is the daemon's PID when it was last started or adopted, for
+	// operators; the pid file in the pipe directory is what counts.
+	PID int `json:"pid,omitempty"`
+}
+
+func (st *mpsState) device() DeviceRef {
+	return DeviceRef{UUID: st.UUID, ParentUUID: st.ParentUUID, Index: st.Index}
+}
+
+// NewMPSManager returns a manager that keeps its daemons' files in opts.Dir.
+func NewMPSManager(opts MPSOptions) (*MPSManager, error) {
+	switch {
+	case opts.Dir == "" || !filepath.IsAbs(opts.Dir):
+		return nil, fmt.Errorf("MPS: directory %q is not an absolute path", opts.Dir)
+	case opts.HostDir != "" && !filepath.IsAbs(opts.HostDir):
+		return nil, fmt.Errorf("MPS: host directory %q is not an absolute path", opts.HostDir)
+	case opts.ControlBinary == "":
+		return nil, errors.New("MPS: no control binary")
+	case opts.ComputeModes == nil:
+		return nil, errors.New("MPS: no ComputeModes")
+	}
+	opts.Dir = filepath.Clean(opts.Dir)
+	if longest := len(pathsIn(filepath.Join(opts.Dir, dirName("GPU-x"))).pipe) + 1 + maxSocketName; longest > maxSocketPath {
+		return nil, fmt.Errorf("MPS: directory %s is too long for the unix sockets MPS creates below it (%d of at most %d bytes); use a path of at most %d bytes",
+			opts.Dir, longest, maxSocketPath, len(opts.Dir)-(longest-maxSocketPath))
+	}
+	if opts.HostDir == "" {
+		opts.HostDir = opts.Dir
+	}
+	if opts.ContainerPipeDir == "" {
+		opts.ContainerPipeDir = DefaultContainerPipeDir
+	}
+	for _, d := range []*time.Duration{&opts.StartTimeout, &opts.StopTimeout, &opts.CommandTimeout} {
+		if *d <= 0 {
+			*d = 10 * time.Second
+		}
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("MPS: create directory: %w", err)
+	}
+	return &MPSManager{opts: opts, locks: newKeyedMutex()}, nil
+}
+
+func (m *MPSManager) paths(uuid string) devicePaths {
+	return pathsIn(filepath.Join(m.opts.Dir, dirName(uuid)))
+}
+
+func (m *MPSManager) hostPipeDir(uuid string) string {
+	return filepath.Join(m.opts.HostDir, dirName(uuid), "pipe")
+}
+
+// Acquire prepares an MPS share of dev. The device's first share starts its
+// control daemon, with the share config's defaults; a later share joins it
+// (and gets a warning if its config asks for other defaults), and restarts it
+// if it died. The result's Edits connect the share's containers to the daemon
+// with the share's limits. Acquiring a share twice is the same as once.
+func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare) (*Result, error) {
+	if err := dev.validate(); err != nil {
+		return nil, fmt.Errorf("MPS share %q: %w", share.ID, err)
+	}
+	if share.ID == "" {
+		return nil, fmt.Errorf("MPS share of %s: empty share ID", dev.UUID)
+	}
+	settings, err := daemonSettings(dev, share)
+	if err != nil {
+		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
+	}
+	edits, err := clientEdits(dev, share, m.hostPipeDir(dev.UUID), m.opts.ContainerPipeDir)
+	if err != nil {
+		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
+	}
+	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", share.ID)
+	ctx = klog.NewContext(ctx, logger)
+	res := &Result{Strategy: gpuv1beta1.MPSStrategy, UUID: dev.UUID, PipeDir: m.hostPipeDir(dev.UUID), Edits: edits}
+
+	unlock := m.locks.lock(dev.UUID)
+	defer unlock()
+	p := m.paths(dev.UUID)
+	var st mpsState
+	found, err := readState(p.state, &st)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !found:
+		st = mpsState{Version: stateVersion, UUID: dev.UUID, ParentUUID: dev.ParentUUID, Index: dev.Index, Settings: settings}
+	case len(st.Shares) == 0:
+		st.Settings = settings // left by a stop that failed: a new first share
+	case !st.Settings.equal(settings):
+		if _, known := slices.BinarySearch(st.Shares, share.ID); !known {
+			res.warnf(logger, "MPS control daemon of %s keeps the defaults of its first share (%s), not this share's (%s); the share's own limits still apply to its containers",
+				dev.UUID, st.Settings, settings)
+		}
+	}
+	shares, added := addShare(st.Shares, share.ID)
+	st.Shares = shares
+
+	pid, running, responsive := m.daemonStatus(p)
+	if responsive {
+		if added {
+			if err := writeState(p.state, &st); err != nil {
+				return nil, err
+			}
+		}
+		logger.V(4).Info("Joined MPS control daemon", "pid", pid, "shares", len(st.Shares))
+		return res, nil
+	}
+	if running {
+		logger.Info("MPS control daemon does not accept commands, stopping it", "pid", pid)
+		if err := m.stopDaemon(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if len(st.Shares) > 1 {
+		logger.Info("MPS control daemon of a shared device is not running, starting it again", "shares", len(st.Shares))
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create MPS directory: %w", err)
+	}
+	if err := writeState(p.state, &st); err != nil {
+		return nil, err
+	}
+	if err := m.start(ctx, &st, res); err != nil {
+		if added {
+			st.Shares, _ = removeShare(st.Shares, share.ID)
+		}
+		if len(st.Shares) == 0 {
+			if tdErr := m.teardown(ctx, &st); tdErr != nil {
+				logger.Error(tdErr, "Clean up after failed MPS start")
+			}
+		} else if wErr := writeState(p.state, &st); wErr != nil {
+			logger.Error(wErr, "Record shares after failed MPS start")
+		}
+		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
+	}
+	return res, nil
+}
+
+// start sets a whole GPU's compute mode to EXCLUSIVE_PROCESS, starts the
+// daemon and sends it the settings. Warnings go to res.
+func (m *MPSManager) start(ctx context.Context, st *mpsState, res *Result) error {
+	logger := klog.FromContext(ctx)
+	dev := st.device()
+	p := m.paths(st.UUID)
+	if !dev.IsMIG() {
+		if err := m.exclusiveProcess(ctx, st, res); err != nil {
+			return err
+		}
+	}
+	pid, err := m.startDaemon(ctx, dev, p)
+	if err != nil {
+		return err
+	}
+	st.PID = pid
+	if err := writeState(p.state, st); err != nil {
+		return err
+	}
+	for _, cmd := range st.Settings.commands(st.UUID) {
+		out, err := m.control(ctx, p, cmd)
+		if err != nil {
+			return err
+		}
+		logger.V(4).Info("Sent MPS control command", "command", cmd, "output", out)
+	}
+	logger.Info("Started MPS control daemon", "pid", pid, "pipeDir", p.pipe, "settings", st.Settings.String())
+	return nil
+}
+
+// exclusiveProcess sets the GPU's compute mode to EXCLUSIVE_PROCESS, as MPS
+// needs, recording the mode to restore first.
+func (m *MPSManager) exclusiveProcess(ctx context.Context, st *mpsState, res *Result) error {
+	logger := klog.FromContext(ctx)
+	if st.RestoreComputeMode == nil {
+		mode, err := m.opts.ComputeModes.ComputeMode(ctx, st.UUID)
+		switch {
+		case errors.Is(err, ErrNotSupported):
+			res.warnf(logger, "compute mode of GPU %s is left as it is: %v", st.UUID, err)
+			return nil
+		case err != nil:
+			return err
+		case mode == nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
+			return nil
+		}
+		st.RestoreComputeMode = ptrTo(int(mode))
+		if err := writeState(m.paths(st.UUID).state, st); err != nil {
+			return err
+		}
+	}
+	err := m.opts.ComputeModes.SetComputeMode(ctx, st.UUID, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS)
+	if errors.Is(err, ErrNotSupported) {
+		st.RestoreComputeMode = nil
+		res.warnf(logger, "compute mode of GPU %s is not EXCLUSIVE_PROCESS, so processes outside MPS can use it too: %v", st.UUID, err)
+		return writeState(m.paths(st.UUID).state, st)
+	}
+	return err
+}
+
+// Release unprepares an MPS share of dev. After the device's last share it
+// stops the control daemon (quit, then signals) and restores the compute
+// mode. Releasing an unknown share does nothing, so Release can be repeated.
+// On an error the state is kept and the next Release or Acquire retries.
+func (m *MPSManager) Release(ctx context.Context, dev DeviceRef, shareID string) error {
+	if err := dev.validate(); err != nil {
+		return fmt.Errorf("release MPS share %q: %w", shareID, err)
+	}
+	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", shareID)
+	ctx = klog.NewContext(ctx, logger)
+	unlock := m.locks.lock(dev.UUID)
+	defer unlock()
+	p := m.paths(dev.UUID)
+	var st mpsState
+	found, err := readState(p.state, &st)
+	if err != nil || !found {
+		return err
+	}
+	shares, removed := removeShare(st.Shares, shareID)
+	if len(shares) > 0 {
+		if !removed {
+			return nil
+		}
+		st.Shares = shares
+		return writeState(p.state, &st)
+	}
+	st.Shares = shares
+	if err := m.teardown(ctx, &st); err != nil {
+		return fmt.Errorf("release MPS share %q: %w", shareID, err)
+	}
+	logger.Info("Stopped MPS control daemon after the device's last share")
+	return nil
+}
+
+// teardown stops the device's daemon, restores the compute mode and removes
+// the device's directory. What fails stays recorded for the next try.
+func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
+	p := m.paths(st.UUID)
+	if err := m.stopDaemon(ctx, p); err != nil {
+		if wErr := writeState(p.state, st); wErr != nil {
+			return errors.Join(err, wErr)
+		}
+		return err
+	}
+	if st.RestoreComputeMode != nil {
+		err := m.opts.ComputeModes.SetComputeMode(ctx, st.UUID, nvml.ComputeMode(*st.RestoreComputeMode))
+		if err != nil && !errors.Is(err, ErrNotSupported) {
+			if wErr := writeState(p.state, st); wErr != nil {
+				return errors.Join(err, wErr)
+			}
+			return fmt.Errorf("restore compute mode: %w", err)
+		}
+		st.RestoreComputeMode = nil
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		return fmt.Errorf("remove MPS directory of %s: %w", st.UUID, err)
+	}
+	return nil
+}
+
+// Reconcile brings the daemons in line with the MPS shares the prepare path
+// still holds after a restart (live must hold only MPS shares): a device's
+// running daemon is adopted, a dead one is started again with the recorded
+// settings, and the daemon of a device without shares is stopped. Call it
+// once at start-up, before serving prepare calls.
+func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
+	logger := klog.FromContext(ctx)
+	ids, devices := liveShares(live)
+	entries, err := os.ReadDir(m.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("MPS: list %s: %w", m.opts.Dir, err)
+	}
+	known := map[string]bool{}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		p := pathsIn(filepath.Join(m.opts.Dir, e.Name()))
+		var peek mpsState
+		found, err := readState(p.state, &peek)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !found || e.Name() != dirName(peek.UUID) {
+			// Not a device directory this manager wrote completely.
+			if err := m.stopDaemon(ctx, p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			logger.Info("Removing MPS directory without state", "dir", p.dir)
+			if err := os.RemoveAll(p.dir); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		known[peek.UUID] = true
+		if err := m.reconcileDevice(ctx, peek.UUID, ids[peek.UUID]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for uuid, shares := range ids {
+		if known[uuid] {
+			continue
+		}
+		// The state is lost: start a daemon without defaults, so that the
+		// shares' containers (which carry their own limits) work.
+		dev := devices[uuid]
+		for _, id := range shares {
+			res, err := m.Acquire(ctx, dev, MPSShare{ID: id, ConfigIndex: -1})
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			for _, w := range res.Warnings {
+				logger.Info("MPS share adopted without state", "device", uuid, "warning", w)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *MPSManager) reconcileDevice(ctx context.Context, uuid string, live []string) error {
+	logger := klog.FromContext(ctx).WithValues("device", uuid)
+	ctx = klog.NewContext(ctx, logger)
+	unlock := m.locks.lock(uuid)
+	defer unlock()
+	p := m.paths(uuid)
+	var st mpsState
+	found, err := readState(p.state, &st)
+	if err != nil || !found {
+		return err
+	}
+	if len(live) == 0 {
+		st.Shares = nil
+		if err := m.teardown(ctx, &st); err != nil {
+			return fmt.Errorf("stop MPS control daemon of %s: %w", uuid, err)
+		}
+		logger.Info("Stopped MPS control daemon of a device without shares")
+		return nil
+	}
+	st.Shares = live
+	pid, running, responsive := m.daemonStatus(p)
+	if responsive {
+		st.PID = pid
+		logger.Info("Adopted running MPS control daemon", "pid", pid, "shares", len(live))
+		return writeState(p.state, &st)
+	}
+	if running {
+		logger.Info("MPS control daemon does not accept commands, stopping it", "pid", pid)
+		if err := m.stopDaemon(ctx, p); err != nil {
+			return err
+		}
+	}
+	logger.Info("MPS control daemon of a shared device is not running, starting it again", "shares", len(live))
+	if err := writeState(p.state, &st); err != nil {
+		return err
+	}
+	if err := m.start(ctx, &st, &Result{}); err != nil {
+		return fmt.Errorf("restart MPS control daemon of %s: %w", uuid, err)
+	}
+	return nil
+}

@@ -1,0 +1,276 @@
+package sharing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Files of nvidia-cuda-mps-control in CUDA_MPS_PIPE_DIRECTORY and
+// CUDA_MPS_LOG_DIRECTORY.
+const (
+	// pidFileName holds the control daemon's PID; the daemon writes it.
+	pidFileName = "nvidia-cuda-mps-control.pid"
+	// controlSocketName is the unix socket the daemon accepts commands on.
+	controlSocketName = "control"
+	// startLogName collects what `nvidia-cuda-mps-control -d` and the
+	// daemon print; the daemon's own log is control.log.
+	startLogName = "start.log"
+)
+
+// pollInterval is how often daemon start and exit are checked.
+const pollInterval = 20 * time.Millisecond
+
+// devicePaths are a device's files under MPSOptions.Dir.
+type devicePaths struct {
+	dir   string // <Dir>/<name>
+	state string // <Dir>/<name>/state.json
+	pipe  string // <Dir>/<name>/pipe: CUDA_MPS_PIPE_DIRECTORY
+	log   string // <Dir>/<name>/log: CUDA_MPS_LOG_DIRECTORY
+}
+
+func pathsIn(dir string) devicePaths {
+	return devicePaths{
+		dir:   dir,
+		state: filepath.Join(dir, "state.json"),
+		pipe:  filepath.Join(dir, "pipe"),
+		log:   filepath.Join(dir, "log"),
+	}
+}
+
+// daemonStatus reports the control daemon of a pipe directory: its PID (0
+// when the pid file is missing), whether that process is running and is a
+// control daemon, and whether its control socket accepts connections.
+func (m *MPSManager) daemonStatus(p devicePaths) (pid int, running, responsive bool) {
+	data, err := os.ReadFile(filepath.Join(p.pipe, pidFileName))
+	if err != nil {
+		return 0, false, false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, false, false
+	}
+	if !processRunning(pid) || !m.isControlProcess(pid) {
+		return pid, false, false
+	}
+	conn, err := net.DialTimeout("unix", filepath.Join(p.pipe, controlSocketName), time.Second)
+	if err != nil {
+		return pid, true, false
+	}
+	_ = conn.Close()
+	return pid, true, true
+}
+
+// isControlProcess reports whether process pid runs the control binary, so
+// that a PID reused by another process after a reboot is never signalled.
+// Without /proc it trusts the PID.
+func (m *MPSManager) isControlProcess(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) || !procMounted()
+	}
+	argv0, _, _ := strings.Cut(string(data), "\x00")
+	return filepath.Base(argv0) == filepath.Base(m.opts.ControlBinary)
+}
+
+func procMounted() bool {
+	_, err := os.Stat("/proc/self/stat")
+	return err == nil
+}
+
+// processRunning reports whether process pid exists and is not a zombie. A
+// daemon whose parent exited is re-parented to init, or to the plugin when it
+// runs as PID 1 of a container: the plugin then reaps it here.
+func processRunning(pid int) bool {
+	var ws syscall.WaitStatus
+	_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which is in parentheses and may
+	// contain spaces.
+	if i := bytes.LastIndexByte(data, ')'); i >= 0 && i+2 < len(data) {
+		return data[i+2] != 'Z' && data[i+2] != 'X'
+	}
+	return true
+}
+
+// baseEnv is the environment of the control binary: the plugin's, without
+// variables that would select other devices or another daemon, plus
+// MPSOptions.Env.
+func (m *MPSManager) baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == envVisibleDevices || strings.HasPrefix(name, "CUDA_MPS_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, m.opts.Env...)
+}
+
+// clientEnv is the environment of a control client that talks to the
+// device's daemon.
+func (m *MPSManager) clientEnv(p devicePaths) []string {
+	return append(m.baseEnv(), envMPSPipeDirectory+"="+p.pipe, envMPSLogDirectory+"="+p.log)
+}
+
+// startDaemon runs `<control binary> -d` for the device in a new session, so
+// that neither a signal to the plugin's process group nor the plugin's exit
+// stops it, and waits until the daemon accepts commands. Stale files of a
+// dead daemon are removed first.
+func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePaths) (int, error) {
+	if err := os.RemoveAll(p.pipe); err != nil {
+		return 0, fmt.Errorf("clean MPS pipe directory: %w", err)
+	}
+	for _, dir := range []string{p.pipe, p.log} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return 0, fmt.Errorf("create MPS directory: %w", err)
+		}
+	}
+	logPath := filepath.Join(p.log, startLogName)
+	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("open MPS start log: %w", err)
+	}
+	// Files, not pipes: the daemon inherits them and outlives the command,
+	// so a pipe would never reach EOF.
+	cmd := exec.Command(m.opts.ControlBinary, "-d")
+	cmd.Env = append(m.clientEnv(p), envVisibleDevices+"="+dev.UUID)
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	_ = out.Close()
+	if err != nil {
+		return 0, fmt.Errorf("start %s -d: %w", m.opts.ControlBinary, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timeout := time.NewTimer(m.opts.StartTimeout)
+	defer timeout.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return 0, fmt.Errorf("%s -d: %w%s", m.opts.ControlBinary, err, logTail(logPath))
+		}
+	case <-timeout.C:
+		_ = cmd.Process.Kill()
+		<-done
+		return 0, fmt.Errorf("%s -d did not return within %v%s", m.opts.ControlBinary, m.opts.StartTimeout, logTail(logPath))
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		return 0, fmt.Errorf("start MPS control daemon: %w", ctx.Err())
+	}
+	for {
+		pid, running, responsive := m.daemonStatus(p)
+		if responsive {
+			return pid, nil
+		}
+		select {
+		case <-time.After(pollInterval):
+			continue
+		case <-timeout.C:
+		case <-ctx.Done():
+		}
+		if running {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("start MPS control daemon: %w", ctx.Err())
+		}
+		return 0, fmt.Errorf("MPS control daemon did not accept commands on %s within %v%s",
+			filepath.Join(p.pipe, controlSocketName), m.opts.StartTimeout, logTail(logPath))
+	}
+}
+
+// control sends one command to the device's daemon the way an operator does:
+// `echo <command> | nvidia-cuda-mps-control` with the daemon's pipe
+// directory. It returns what the control client printed.
+func (m *MPSManager) control(ctx context.Context, p devicePaths, command string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CommandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, m.opts.ControlBinary)
+	cmd.Env = m.clientEnv(p)
+	cmd.Stdin = strings.NewReader(command + "\n")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	output := strings.TrimSpace(out.String())
+	if err != nil {
+		if output != "" {
+			return output, fmt.Errorf("MPS control command %q: %w: %s", command, err, output)
+		}
+		return output, fmt.Errorf("MPS control command %q: %w", command, err)
+	}
+	return output, nil
+}
+
+// stopDaemon stops the device's daemon: `quit`, then SIGTERM and SIGKILL if
+// it does not exit in time. A daemon that is not running is not an error.
+func (m *MPSManager) stopDaemon(ctx context.Context, p devicePaths) error {
+	logger := klog.FromContext(ctx)
+	pid, running, _ := m.daemonStatus(p)
+	if !running {
+		return nil
+	}
+	if _, err := m.control(ctx, p, "quit"); err != nil {
+		logger.Info("MPS control daemon did not take quit, terminating it", "pid", pid, "err", err)
+	} else if waitExit(ctx, pid, m.opts.StopTimeout) {
+		return nil
+	} else {
+		logger.Info("MPS control daemon did not exit after quit, terminating it", "pid", pid, "timeout", m.opts.StopTimeout)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signal MPS control daemon %d: %w", pid, err)
+		}
+		if waitExit(ctx, pid, m.opts.StopTimeout) {
+			return nil
+		}
+	}
+	return fmt.Errorf("MPS control daemon %d is still running after SIGKILL", pid)
+}
+
+// waitExit waits up to timeout for process pid to exit.
+func waitExit(ctx context.Context, pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for processRunning(pid) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+	return true
+}
+
+// logTail returns the end of a log file for an error message.
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		return ""
+	}
+	const maxTail = 2000
+	if len(data) > maxTail {
+		data = data[len(data)-maxTail:]
+	}
+	return fmt.Sprintf(" (%s: %s)", path, strings.TrimSpace(string(data)))
+}
