@@ -50,7 +50,8 @@ func Create(ctx context.Context, dev nvml.Device, profileID uint32, placement Pl
 			e.profile.Name, placements(e.profile.Placements))
 	}
 	if err := enableMIG(ctx, dev, uuid); err != nil {
-		return nil, fmt.Errorf("create %s: %w", what, err)
+		// err names the GPU.
+		return nil, fmt.Errorf("create %s MIG device at %s: %w", e.profile.Name, placement, err)
 	}
 
 	existing, err := listInstances(dev, uuid, entries)
