@@ -380,7 +380,7 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e30": must be at most 1Ti`},
 		},
 		"small exponent under the bound": {
-			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1e-30"}`),
+			in: mps(`{"defaultPinnedDeviceMemoryLimit":"1e-30"}`),
 			// Quantities keep nine decimal places: 1e-30 reads as 1e-9.
 			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1e-9": must be at least 1Mi`},
 		},

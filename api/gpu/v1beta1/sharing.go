@@ -22,13 +22,13 @@ const (
 	MPSStrategy SharingStrategy = "MPS"
 )
 
-// GpuSharingStrategies lists the strategies a GpuConfig supports.
-var GpuSharingStrategies = []SharingStrategy{ExclusiveStrategy, TimeSlicingStrategy, MPSStrategy}
+// gpuSharingStrategies lists the strategies a GpuConfig supports.
+var gpuSharingStrategies = []SharingStrategy{ExclusiveStrategy, TimeSlicingStrategy, MPSStrategy}
 
-// MigDeviceSharingStrategies lists the strategies a MigDeviceConfig
+// migDeviceSharingStrategies lists the strategies a MigDeviceConfig
 // supports: the same three, though TimeSlicing on a MIG device takes no
 // settings (see MigDeviceSharing).
-var MigDeviceSharingStrategies = []SharingStrategy{ExclusiveStrategy, TimeSlicingStrategy, MPSStrategy}
+var migDeviceSharingStrategies = []SharingStrategy{ExclusiveStrategy, TimeSlicingStrategy, MPSStrategy}
 
 // GpuSharing says how a whole GPU, or the GPU behind a share, is shared.
 type GpuSharing struct {
@@ -82,16 +82,16 @@ const (
 	LongTimeSlice TimeSliceInterval = "Long"
 )
 
-// TimeSliceIntervals lists the supported intervals, in the order of their
+// timeSliceIntervals lists the supported intervals, in the order of their
 // compute-policy values.
-var TimeSliceIntervals = []TimeSliceInterval{DefaultTimeSlice, ShortTimeSlice, MediumTimeSlice, LongTimeSlice}
+var timeSliceIntervals = []TimeSliceInterval{DefaultTimeSlice, ShortTimeSlice, MediumTimeSlice, LongTimeSlice}
 
 // ComputePolicyValue returns the value of
 // `nvidia-smi compute-policy --set-timeslice` for the interval: 0 (Default),
 // 1 (Short), 2 (Medium) or 3 (Long). It fails for any other string, so an
 // unvalidated config cannot turn into a wrong setting.
 func (i TimeSliceInterval) ComputePolicyValue() (int, error) {
-	for v, known := range TimeSliceIntervals {
+	for v, known := range timeSliceIntervals {
 		if i == known {
 			return v, nil
 		}
@@ -124,14 +124,14 @@ const (
 	BelowNormalMPSClientPriority MPSClientPriority = "BelowNormal"
 )
 
-// MPSClientPriorities lists the supported priorities, in the order of their
+// mpsClientPriorities lists the supported priorities, in the order of their
 // CUDA_MPS_CLIENT_PRIORITY values.
-var MPSClientPriorities = []MPSClientPriority{NormalMPSClientPriority, BelowNormalMPSClientPriority}
+var mpsClientPriorities = []MPSClientPriority{NormalMPSClientPriority, BelowNormalMPSClientPriority}
 
 // EnvValue returns the value of CUDA_MPS_CLIENT_PRIORITY for the priority:
 // "0" (Normal) or "1" (BelowNormal). It fails for any other string.
 func (p MPSClientPriority) EnvValue() (string, error) {
-	for v, known := range MPSClientPriorities {
+	for v, known := range mpsClientPriorities {
 		if p == known {
 			return fmt.Sprint(v), nil
 		}

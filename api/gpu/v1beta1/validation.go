@@ -64,7 +64,7 @@ func (s *GpuSharing) validate(path *field.Path) field.ErrorList {
 	if s == nil {
 		return nil
 	}
-	errs := validateStrategy(s.Strategy, GpuSharingStrategies, path.Child("strategy"))
+	errs := validateStrategy(s.Strategy, gpuSharingStrategies, path.Child("strategy"))
 	known := len(errs) == 0
 	if s.TimeSlicingConfig != nil {
 		p := path.Child("timeSlicingConfig")
@@ -89,7 +89,7 @@ func (s *MigDeviceSharing) validate(path *field.Path) field.ErrorList {
 	if s == nil {
 		return nil
 	}
-	errs := validateStrategy(s.Strategy, MigDeviceSharingStrategies, path.Child("strategy"))
+	errs := validateStrategy(s.Strategy, migDeviceSharingStrategies, path.Child("strategy"))
 	known := len(errs) == 0
 	if s.MPSConfig != nil {
 		p := path.Child("mpsConfig")
@@ -121,8 +121,8 @@ func (c *TimeSlicingConfig) validate(path *field.Path) field.ErrorList {
 	if c == nil || c.Interval == nil {
 		return nil
 	}
-	if !slices.Contains(TimeSliceIntervals, *c.Interval) {
-		return field.ErrorList{field.NotSupported(path.Child("interval"), *c.Interval, TimeSliceIntervals)}
+	if !slices.Contains(timeSliceIntervals, *c.Interval) {
+		return field.ErrorList{field.NotSupported(path.Child("interval"), *c.Interval, timeSliceIntervals)}
 	}
 	return nil
 }
@@ -154,8 +154,8 @@ func (c *MPSConfig) validate(path *field.Path, devices deviceKind) field.ErrorLi
 			errs = append(errs, validatePinnedLimit(m[k], p.Key(k))...)
 		}
 	}
-	if pr := c.ClientPriority; pr != nil && !slices.Contains(MPSClientPriorities, *pr) {
-		errs = append(errs, field.NotSupported(path.Child("clientPriority"), *pr, MPSClientPriorities))
+	if pr := c.ClientPriority; pr != nil && !slices.Contains(mpsClientPriorities, *pr) {
+		errs = append(errs, field.NotSupported(path.Child("clientPriority"), *pr, mpsClientPriorities))
 	}
 	return errs
 }
