@@ -10,9 +10,8 @@
 // The package holds only the API: types, the scheme, a strict decoder,
 // defaulting and validation. The kubelet plugin and the admission webhook
 // both call DecodeDefaultValidate, so a config the webhook admits is exactly
-// a config the plugin accepts. Which config applies to which device
-// (DeviceClass before claim, later entries before earlier ones) is the
-// plugin's business, not this package's.
+// a config the plugin accepts. Which of several configs applies to a device
+// is decided by the plugin, not by this package.
 //
 // +k8s:deepcopy-gen=package
 // +groupName=gpu.dra.dev
