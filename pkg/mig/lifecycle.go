@@ -330,6 +330,10 @@ func enableMIG(ctx context.Context, dev nvml.Device, uuid string) error {
 		return fmt.Errorf("%s: %w: %w", uuid, ErrNotCapable, ret)
 	case ret != nvml.SUCCESS:
 		return fmt.Errorf("get MIG mode of %s: %w", uuid, ret)
+	case current == nvml.DEVICE_MIG_ENABLE && pending == nvml.DEVICE_MIG_DISABLE:
+		// A disable waiting for a reset (A100) would destroy the instance about to be made.
+		logger.V(4).Info("Cancelling pending MIG mode disable", "gpu", uuid)
+		return setMigMode(dev, uuid, nvml.DEVICE_MIG_ENABLE)
 	case current == nvml.DEVICE_MIG_ENABLE:
 		return nil
 	case pending == nvml.DEVICE_MIG_ENABLE:

@@ -272,6 +272,16 @@ func TestCreateRollsBack(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 
+	// A failure after the compute instance exists rolls back both instances.
+	dev = device(t, m, 3)
+	m.InjectError("ComputeInstance.GetInfo", 3, nvml.ERROR_UNKNOWN, 1)
+	if _, err := Create(ctx, dev, 14, Placement{0, 2}); !errors.Is(err, nvml.ERROR_UNKNOWN) {
+		t.Fatalf("Create with failing compute instance info: %v", err)
+	}
+	if gis := m.GpuInstances(3); gis != nil {
+		t.Fatalf("instances left behind: %s", layout(m, 3))
+	}
+
 	// When the rollback fails too, both failures are reported and the retry completes the
 	// GPU instance left behind.
 	dev = device(t, m, 4)
@@ -387,6 +397,23 @@ func TestPendingMIGMode(t *testing.T) {
 	changed, err := DisableIfUnused(ctx, fake)
 	if err != nil || changed || fake.pending != nvml.DEVICE_MIG_DISABLE {
 		t.Fatalf("DisableIfUnused = %v, %v; pending %d; want false, nil, pending disabled", changed, err, fake.pending)
+	}
+}
+
+// An A100 in MIG mode with a disable pending: Create cancels the pending disable, which a reset
+// would otherwise apply under the new instance.
+func TestCreateCancelsPendingDisable(t *testing.T) {
+	ctx := testContext(t)
+	m := newMachine(t, "dgxa100")
+	dev := device(t, m, 0)
+	enableMIGMode(t, dev)
+	fake := &fakeDevice{Device: dev, noReset: true, current: nvml.DEVICE_MIG_ENABLE, pending: nvml.DEVICE_MIG_DISABLE}
+	inst, err := Create(ctx, fake, 19, Placement{3, 1})
+	if err != nil || !inst.Complete() {
+		t.Fatalf("Create = %+v, %v", inst, err)
+	}
+	if fake.pending != nvml.DEVICE_MIG_ENABLE {
+		t.Errorf("pending MIG mode %d, want enabled", fake.pending)
 	}
 }
 
