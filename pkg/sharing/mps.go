@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -312,7 +313,8 @@ func (m *MPSManager) Release(ctx context.Context, dev DeviceRef, shareID string)
 }
 
 // teardown stops the device's daemon, restores the compute mode and removes
-// the device's directory. What fails stays recorded for the next try.
+// the device's pipe directory and state; the logs stay. What fails stays
+// recorded for the next try.
 func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 	p := m.paths(st.UUID)
 	if err := m.stopDaemon(ctx, p); err != nil {
@@ -331,8 +333,12 @@ func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 		}
 		st.RestoreComputeMode = nil
 	}
-	if err := os.RemoveAll(p.dir); err != nil {
-		return fmt.Errorf("remove MPS directory of %s: %w", st.UUID, err)
+	// The log directory stays, for operators; the next daemon appends.
+	if err := os.RemoveAll(p.pipe); err != nil {
+		return fmt.Errorf("remove MPS pipe directory of %s: %w", st.UUID, err)
+	}
+	if err := os.Remove(p.state); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove MPS state of %s: %w", st.UUID, err)
 	}
 	return nil
 }
@@ -363,14 +369,17 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 			continue
 		}
 		if !found || e.Name() != dirName(peek.UUID) {
-			// Not a device directory this manager wrote completely.
-			if err := m.stopDaemon(ctx, p); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			logger.Info("Removing MPS directory without state", "dir", p.dir)
-			if err := os.RemoveAll(p.dir); err != nil {
-				errs = append(errs, err)
+			// No device in use: only logs should be left. Stop a daemon
+			// that runs without state (it cannot be restored).
+			if _, err := os.Stat(p.pipe); err == nil {
+				logger.Info("Removing MPS pipe directory without state", "dir", p.pipe)
+				if err := m.stopDaemon(ctx, p); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				if err := os.RemoveAll(p.pipe); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			continue
 		}

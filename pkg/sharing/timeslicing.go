@@ -145,6 +145,7 @@ func (m *TimeSlicingManager) Acquire(ctx context.Context, gpu DeviceRef, shareID
 
 	st = tsState{Version: stateVersion, UUID: gpu.UUID, Index: gpu.Index, Shares: []string{shareID}, Level: level}
 	if err := m.apply(ctx, logger, gpu, &st, res); err != nil {
+		st.Shares = nil
 		if rbErr := m.restore(ctx, &st); rbErr != nil {
 			logger.Error(rbErr, "Restore GPU after failed time-slicing set-up")
 		}
@@ -204,6 +205,7 @@ func (m *TimeSlicingManager) apply(ctx context.Context, logger klog.Logger, gpu 
 		st.RestoreLevel = nil
 		res.warnf(logger, "time-slice interval %s is not applied to GPU %s: %v", intervalName(st.Level), gpu.UUID, err)
 	case err != nil:
+		st.RestoreLevel = nil // a failed set is taken as not applied
 		return err
 	default:
 		st.LevelApplied = true
@@ -359,8 +361,10 @@ func intervalLevel(cfg *gpuv1beta1.TimeSlicingConfig) (int, error) {
 
 // intervalName names a compute-policy level.
 func intervalName(level int) string {
-	if level >= 0 && level < len(gpuv1beta1.TimeSliceIntervals) {
-		return string(gpuv1beta1.TimeSliceIntervals[level])
+	for _, i := range []gpuv1beta1.TimeSliceInterval{gpuv1beta1.DefaultTimeSlice, gpuv1beta1.ShortTimeSlice, gpuv1beta1.MediumTimeSlice, gpuv1beta1.LongTimeSlice} {
+		if v, err := i.ComputePolicyValue(); err == nil && v == level {
+			return string(i)
+		}
 	}
 	return fmt.Sprintf("level %d", level)
 }
