@@ -381,6 +381,11 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 					errs = append(errs, err)
 				}
 			}
+			if found {
+				if err := os.Remove(p.state); err != nil {
+					errs = append(errs, err)
+				}
+			}
 			continue
 		}
 		known[peek.UUID] = true

@@ -89,12 +89,11 @@ func procMounted() bool {
 	return err == nil
 }
 
-// processRunning reports whether process pid exists and is not a zombie. A
-// daemon whose parent exited is re-parented to init, or to the plugin when it
-// runs as PID 1 of a container: the plugin then reaps it here.
+// processRunning reports whether process pid exists and is not a zombie.
 func processRunning(pid int) bool {
-	var ws syscall.WaitStatus
-	_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	if pid <= 0 {
+		return false
+	}
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
@@ -102,12 +101,20 @@ func processRunning(pid int) bool {
 	if err != nil {
 		return true
 	}
-	// The state follows the command name, which is in parentheses and may
-	// contain spaces.
-	if i := bytes.LastIndexByte(data, ')'); i >= 0 && i+2 < len(data) {
-		return data[i+2] != 'Z' && data[i+2] != 'X'
+	// "pid (comm) state ppid ...": comm may contain spaces and parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	fields := strings.Fields(string(data[i+1:]))
+	if i < 0 || len(fields) < 2 || (fields[0] != "Z" && fields[0] != "X") {
+		return true
 	}
-	return true
+	// A daemon whose parent exited is re-parented to init, which reaps it,
+	// or to the plugin when it runs as PID 1 of a container: then the
+	// plugin has to reap it.
+	if os.Getpid() == 1 && fields[1] == "1" {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+	return false
 }
 
 // baseEnv is the environment of the control binary: the plugin's, without
