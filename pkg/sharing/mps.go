@@ -164,11 +164,18 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	if err != nil {
 		return nil, err
 	}
+	if found && len(st.Shares) == 0 {
+		// The last Release could not finish the teardown: finish it
+		// first, so the new first share gets a daemon with its defaults
+		// and the compute mode to restore is not overwritten.
+		if err := m.teardown(ctx, &st); err != nil {
+			return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
+		}
+		found = false
+	}
 	switch {
 	case !found:
 		st = mpsState{Version: stateVersion, UUID: dev.UUID, ParentUUID: dev.ParentUUID, Index: dev.Index, Settings: settings}
-	case len(st.Shares) == 0:
-		st.Settings = settings // left by a stop that failed: a new first share
 	case !st.Settings.equal(settings):
 		if _, known := slices.BinarySearch(st.Shares, share.ID); !known {
 			res.warnf(logger, "MPS control daemon of %s keeps the defaults of its first share (%s), not this share's (%s); the share's own limits still apply to its containers",
@@ -208,7 +215,10 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 			st.Shares, _ = removeShare(st.Shares, share.ID)
 		}
 		if len(st.Shares) == 0 {
-			if tdErr := m.teardown(ctx, &st); tdErr != nil {
+			// Clean up even when ctx was cancelled.
+			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*m.opts.StopTimeout+m.opts.CommandTimeout)
+			defer cancel()
+			if tdErr := m.teardown(cleanupCtx, &st); tdErr != nil {
 				logger.Error(tdErr, "Clean up after failed MPS start")
 			}
 		} else if wErr := writeState(p.state, &st); wErr != nil {

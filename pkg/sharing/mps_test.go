@@ -660,3 +660,39 @@ func TestMPSConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestMPSFailedRestoreIsRetried checks that a teardown that could not
+// restore the compute mode is finished by the next Release, or by the
+// device's next first share before its own set-up.
+func TestMPSFailedRestoreIsRetried(t *testing.T) {
+	mt := newMPSTest(t, "dgxh100", MPSOptions{})
+	gpu := gpuRef(mt.sim, 2)
+	for _, next := range []string{"release", "acquire"} {
+		t.Run(next, func(t *testing.T) {
+			mt.acquire(t, gpu, MPSShare{ID: "a", ConfigIndex: -1})
+			pid := mt.pid(gpu)
+			mt.sim.InjectError("SetComputeMode", 2, nvml.ERROR_UNKNOWN, 1)
+			if err := mt.mgr.Release(testContext(t), gpu, "a"); err == nil {
+				t.Fatal("Release succeeded although the compute mode could not be restored")
+			}
+			if processRunning(pid) {
+				t.Errorf("daemon %d runs after the failed release", pid)
+			}
+			if next == "release" {
+				mt.release(t, gpu, "a")
+			} else {
+				mt.acquire(t, gpu, MPSShare{ID: "b", ConfigIndex: -1})
+				if got := computeModeOf(t, mt.sim, 2); got != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
+					t.Errorf("compute mode with share b = %v, want EXCLUSIVE_PROCESS", got)
+				}
+				mt.release(t, gpu, "b")
+			}
+			if got := computeModeOf(t, mt.sim, 2); got != nvml.COMPUTEMODE_DEFAULT {
+				t.Errorf("compute mode at the end = %v, want DEFAULT", got)
+			}
+			if _, err := os.Stat(mt.mgr.paths(gpu.UUID).state); !os.IsNotExist(err) {
+				t.Errorf("state left: %v", err)
+			}
+		})
+	}
+}

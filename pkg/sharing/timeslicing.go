@@ -146,7 +146,8 @@ func (m *TimeSlicingManager) Acquire(ctx context.Context, gpu DeviceRef, shareID
 	st = tsState{Version: stateVersion, UUID: gpu.UUID, Index: gpu.Index, Shares: []string{shareID}, Level: level}
 	if err := m.apply(ctx, logger, gpu, &st, res); err != nil {
 		st.Shares = nil
-		if rbErr := m.restore(ctx, &st); rbErr != nil {
+		// Restore even when ctx was cancelled.
+		if rbErr := m.restore(context.WithoutCancel(ctx), &st); rbErr != nil {
 			logger.Error(rbErr, "Restore GPU after failed time-slicing set-up")
 		}
 		return nil, fmt.Errorf("time-slice share %q: %w", shareID, err)
