@@ -216,7 +216,7 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 		}
 		if len(st.Shares) == 0 {
 			// Clean up even when ctx was cancelled.
-			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*m.opts.StopTimeout+m.opts.CommandTimeout)
+			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*m.opts.StopTimeout+m.opts.CommandTimeout)
 			defer cancel()
 			if tdErr := m.teardown(cleanupCtx, &st); tdErr != nil {
 				logger.Error(tdErr, "Clean up after failed MPS start")
