@@ -70,9 +70,11 @@ start_heartbeat() {
 	heartbeat_pid=$!
 }
 stop_heartbeat() {
-	[[ -n $heartbeat_pid ]] && kill "$heartbeat_pid" 2>/dev/null && wait "$heartbeat_pid" 2>/dev/null
+	if [[ -n $heartbeat_pid ]]; then
+		kill "$heartbeat_pid" 2>/dev/null || true
+		wait "$heartbeat_pid" 2>/dev/null || true # 143: it was terminated
+	fi
 	heartbeat_pid=
-	return 0
 }
 trap stop_heartbeat EXIT
 

@@ -28,7 +28,16 @@ gdd_set_state_dir "${GDD_STATE_DIR:-/tmp/gdd}"
 GDD_NODE_NAME=${GDD_NODE_NAME:-gpu-node-0}
 GDD_APISERVER_PORT=${GDD_APISERVER_PORT:-6443}
 GDD_SERVICE_CIDR=${GDD_SERVICE_CIDR:-10.96.0.0/16}
-GDD_SERVICE_IP=${GDD_SERVICE_IP:-10.96.0.1} # first address of GDD_SERVICE_CIDR
+# gdd_first_ip CIDR prints the first host address of an IPv4 CIDR: the ClusterIP of
+# the "kubernetes" Service.
+gdd_first_ip() {
+	local ip=${1%/*} bits=${1#*/} a b c d n
+	IFS=. read -r a b c d <<<"$ip"
+	n=$(((a << 24 | b << 16 | c << 8 | d) & (0xffffffff << (32 - bits)) & 0xffffffff))
+	n=$((n + 1))
+	echo "$((n >> 24 & 255)).$((n >> 16 & 255)).$((n >> 8 & 255)).$((n & 255))"
+}
+GDD_SERVICE_IP=$(gdd_first_ip "$GDD_SERVICE_CIDR")
 GDD_POD_CIDR=${GDD_POD_CIDR:-10.244.0.0/24}
 GDD_CNI_BRIDGE=${GDD_CNI_BRIDGE:-gddbr0}
 GDD_SNAPSHOTTER=${GDD_SNAPSHOTTER:-auto}
