@@ -52,6 +52,7 @@ func (d Dirs) Config(machine, node string) *app.Config {
 		PluginDataDir: d.PluginData,
 		RegistrarDir:  d.Registrar,
 		CDIDir:        d.CDI,
+		MPSDir:        filepath.Join(d.Root, "mps"),
 		Simulate:      machine,
 		Out:           os.Stdout,
 	}

@@ -4,6 +4,9 @@ package simnode
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -36,8 +39,8 @@ func New(t testing.TB, machine, name string, opts ...nvmlsim.Option) *Node {
 		t.Fatalf("init simulated NVML: %v", ret)
 	}
 	t.Cleanup(func() { m.Shutdown() })
-	sysfs := t.TempDir()
-	if err := m.WriteSysfs(sysfs); err != nil {
+	sysfs, err := sharedSysfs(m, machine)
+	if err != nil {
 		t.Fatalf("write sysfs: %v", err)
 	}
 	gpus, err := discovery.Discover(context.Background(), m, discovery.Options{SysfsRoot: sysfs})
@@ -48,6 +51,48 @@ func New(t testing.TB, machine, name string, opts ...nvmlsim.Option) *Node {
 		Name: name, Machine: m, GPUs: gpus,
 		Resources: devicemodel.Build(gpus, devicemodel.Options{NodeName: name}),
 	}
+}
+
+// A machine's sysfs tree depends only on the machine, and creating its
+// thousand-odd files costs most of a second on ext4, so a test process
+// writes each tree once; Main removes them.
+var (
+	sysfsMu    sync.Mutex
+	sysfsRoot  string
+	sysfsTrees = map[string]string{}
+)
+
+func sharedSysfs(m *nvmlsim.Machine, machine string) (string, error) {
+	sysfsMu.Lock()
+	defer sysfsMu.Unlock()
+	if dir, ok := sysfsTrees[machine]; ok {
+		return dir, nil
+	}
+	if sysfsRoot == "" {
+		dir, err := os.MkdirTemp("", "simnode-sysfs-")
+		if err != nil {
+			return "", err
+		}
+		sysfsRoot = dir
+	}
+	dir := filepath.Join(sysfsRoot, machine)
+	if err := m.WriteSysfs(dir); err != nil {
+		return "", err
+	}
+	sysfsTrees[machine] = dir
+	return dir, nil
+}
+
+// Main runs a test package's tests and removes the shared sysfs trees;
+// call it from TestMain.
+func Main(m *testing.M) int {
+	code := m.Run()
+	sysfsMu.Lock()
+	defer sysfsMu.Unlock()
+	if sysfsRoot != "" {
+		_ = os.RemoveAll(sysfsRoot)
+	}
+	return code
 }
 
 // Slices are the ResourceSlices the node publishes for driverName.

@@ -39,6 +39,14 @@ type Config struct {
 	SysfsRoot       string
 	NVMLLibraryPath string
 
+	// DevicePolicyFile restricts what each GPU publishes (MIG, shares).
+	DevicePolicyFile string
+
+	// MPSDir holds the MPS daemons' pipe and log directories (≤ 60 bytes:
+	// unix sockets live below it). MPSControl overrides the control program.
+	MPSDir     string
+	MPSControl string
+
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
 	// PrintSlices prints the ResourceSlices and exits without an API server.
@@ -66,6 +74,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Host path of the NVIDIA driver installation (device nodes, libraries, binaries).")
 	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs, for PCIe root and NUMA attributes.")
 	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
+	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "YAML file saying what each GPU publishes: whole GPU, dynamic MIG, time-slicing and MPS shares and their count, with per-GPU overrides by minor or UUID (see docs/device-model.md). Empty publishes everything a GPU supports.")
+	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
+	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
 	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }

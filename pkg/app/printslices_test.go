@@ -19,6 +19,8 @@ func TestPrintSlicesGolden(t *testing.T) {
 			cfg := &Config{
 				DriverName: DefaultDriverName, NodeName: "node-1", Simulate: machine,
 				PrintSlices: true, PluginDataDir: t.TempDir(), Out: &out,
+				// Any control program: the node then publishes MPS shares.
+				MPSControl: "/bin/true",
 			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)

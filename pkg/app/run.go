@@ -10,10 +10,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
@@ -39,27 +39,47 @@ func Run(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	defer hw.close(ctx)
-	gpus, resources, err := discover(ctx, cfg, hw)
+	policy, err := devicemodel.LoadPolicy(cfg.DevicePolicyFile)
 	if err != nil {
 		return err
 	}
-
 	files, err := cdi.DiscoverDriverFiles(hw.driverRoot)
 	if err != nil {
 		return fmt.Errorf("discover NVIDIA driver files under %s: %w", hw.driverRoot, err)
 	}
-	drv, err := driver.New(ctx, driver.Options{
-		DriverName:     cfg.DriverName,
-		PoolName:       cfg.NodeName,
-		GPUs:           gpus,
-		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files),
-		CheckpointPath: filepath.Join(cfg.PluginDataDir, CheckpointFile),
-		Fatal:          cancel,
-		FaultHook:      cfg.FaultHook,
-	})
+	ts, mps, err := sharingManagers(ctx, cfg, hw)
 	if err != nil {
 		return err
 	}
+	// Recovery first: it may destroy MIG instances a crashed prepare left,
+	// and discovery must not publish those as static MIG devices.
+	opts := driver.Options{
+		DriverName:     cfg.DriverName,
+		PoolName:       cfg.NodeName,
+		NVML:           hw.nvml,
+		DriverRoot:     hw.driverRoot,
+		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files),
+		TimeSlicing:    ts,
+		CheckpointPath: filepath.Join(cfg.PluginDataDir, CheckpointFile),
+		Fatal:          cancel,
+		FaultHook:      cfg.FaultHook,
+	}
+	if mps != nil { // a nil *MPSManager in the interface would not be nil
+		opts.MPS = mps
+	}
+	drv, err := driver.New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
+	if err != nil {
+		return fmt.Errorf("discover GPUs: %w", err)
+	}
+	published, counterSets := devicemodel.Model(gpus, devicemodel.Options{
+		NodeName: cfg.NodeName, Policy: policy, OwnedMIG: drv.OwnsMIG, NoMPS: mps == nil,
+	})
+	drv.SetDevices(ctx, published)
+	resources := devicemodel.Resources(cfg.NodeName, published, counterSets)
 
 	client, err := kubeClient(cfg)
 	if err != nil {
@@ -101,14 +121,6 @@ func shutdown(ctx context.Context) error {
 	return nil
 }
 
-func discover(ctx context.Context, cfg *Config, hw *hardware) ([]discovery.GPU, resourceslice.DriverResources, error) {
-	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
-	if err != nil {
-		return nil, resourceslice.DriverResources{}, fmt.Errorf("discover GPUs: %w", err)
-	}
-	return gpus, devicemodel.Build(gpus, devicemodel.Options{NodeName: cfg.NodeName}), nil
-}
-
 // printSlices prints what the node would publish. In simulation it works on
 // a throw-away copy of the simulated machine, so it never touches the
 // plugin's state.
@@ -127,11 +139,39 @@ func printSlices(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	defer hw.close(ctx)
-	_, resources, err := discover(ctx, cfg, hw)
+	policy, err := devicemodel.LoadPolicy(cfg.DevicePolicyFile)
 	if err != nil {
 		return err
 	}
+	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
+	if err != nil {
+		return fmt.Errorf("discover GPUs: %w", err)
+	}
+	owned := ownedMIG(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile))
+	resources := devicemodel.Build(gpus, devicemodel.Options{
+		NodeName: cfg.NodeName, Policy: policy, OwnedMIG: owned, NoMPS: mpsControl(cfg, hw) == "",
+	})
 	return devicemodel.WriteYAML(cfg.Out, devicemodel.ResourceSlices(resources, cfg.DriverName, cfg.NodeName))
+}
+
+// ownedMIG reads, without changing anything, which MIG instances the
+// running plugin created, so --print-slices shows them as it does.
+func ownedMIG(ctx context.Context, checkpointPath string) func(string, uint32) bool {
+	cp, err := checkpoint.NewFileStore(checkpointPath).Load(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("No readable checkpoint; treating all MIG instances as static", "err", err)
+		return nil
+	}
+	return func(parent string, gi uint32) bool {
+		for _, c := range cp.All() {
+			for _, pd := range c.Devices {
+				if pd.MIG != nil && pd.MIG.CreatedByDriver && pd.MIG.ParentUUID == parent && pd.MIG.GIID == gi {
+					return true
+				}
+			}
+		}
+		return false
+	}
 }
 
 func kubeClient(cfg *Config) (kubernetes.Interface, error) {

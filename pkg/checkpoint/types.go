@@ -43,6 +43,9 @@ const (
 	DeviceKindGPU = "gpu"
 	// DeviceKindMIG is a MIG device (GPU instance plus compute instance).
 	DeviceKindMIG = "mig"
+	// DeviceKindTimeSlice and DeviceKindMPS are shares of a GPU.
+	DeviceKindTimeSlice = "timeslice"
+	DeviceKindMPS       = "mps"
 )
 
 // PreparedClaim is the record of one claim prepared on this node.
@@ -71,6 +74,8 @@ type PreparedDevice struct {
 	// Kind says what the device is, for example DeviceKindGPU or
 	// DeviceKindMIG.
 	Kind string `json:"kind"`
+	// GPUUUID is the physical GPU the device is, or is carved from.
+	GPUUUID string `json:"gpuUUID,omitempty"`
 	// UUIDs are the NVIDIA UUIDs (GPU-… or MIG-…) the container gets.
 	UUIDs []string `json:"uuids,omitempty"`
 	// CDIDeviceIDs are the fully qualified CDI device IDs returned to the

@@ -24,6 +24,9 @@ type Class struct {
 // Classes lists the driver's DeviceClasses.
 var Classes = []Class{
 	{Prefix: "", DeviceType: devicemodel.TypeGPU, Description: "A whole GPU, exclusively."},
+	{Prefix: "mig", DeviceType: devicemodel.TypeMIG, Description: "A MIG device: a hardware partition of a GPU with its own memory and compute."},
+	{Prefix: "timeslice", DeviceType: devicemodel.TypeTimeSlicing, Description: "A time-sliced share of a GPU; request capacity shares, compute (percent) and memory."},
+	{Prefix: "mps", DeviceType: devicemodel.TypeMPS, Description: "An MPS share of a GPU with enforced compute (percent) and memory limits."},
 }
 
 // Name is the class's object name for a driver.

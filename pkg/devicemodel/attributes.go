@@ -29,6 +29,11 @@ const (
 	AttrMIGCapable            resourceapi.QualifiedName = "migCapable"
 	AttrMIGEnabled            resourceapi.QualifiedName = "migEnabled"
 	AttrNVLinkDomain          resourceapi.QualifiedName = "nvlinkDomain"
+	AttrProfile               resourceapi.QualifiedName = "profile"
+	AttrParentUUID            resourceapi.QualifiedName = "parentUUID"
+	AttrParentMinor           resourceapi.QualifiedName = "parentMinor"
+	AttrPlacementStart        resourceapi.QualifiedName = "placementStart"
+	AttrStatic                resourceapi.QualifiedName = "static"
 
 	// Standard attributes shared with other drivers on the same node.
 	AttrPCIBusID = deviceattribute.StandardDeviceAttributePCIBusID
@@ -37,11 +42,19 @@ const (
 
 	CapacityMemory          resourceapi.QualifiedName = "memory"
 	CapacityMultiprocessors resourceapi.QualifiedName = "multiprocessors"
+	CapacityCopyEngines     resourceapi.QualifiedName = "copyEngines"
+	CapacityDecoders        resourceapi.QualifiedName = "decoders"
+	CapacityEncoders        resourceapi.QualifiedName = "encoders"
+	CapacityJPEGEngines     resourceapi.QualifiedName = "jpegEngines"
+	CapacityOFAEngines      resourceapi.QualifiedName = "ofaEngines"
 )
 
 // Device types published in the AttrType attribute; DeviceClasses select on it.
 const (
-	TypeGPU = "gpu"
+	TypeGPU         = "gpu"
+	TypeMIG         = "mig"
+	TypeTimeSlicing = "timeslice"
+	TypeMPS         = "mps"
 )
 
 func stringAttr(s string) resourceapi.DeviceAttribute {

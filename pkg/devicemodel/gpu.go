@@ -48,8 +48,9 @@ func WholeGPU(g *discovery.GPU) resourceapi.Device {
 		capacity[CapacityMultiprocessors] = countCapacity(g.Multiprocessors)
 	}
 	return resourceapi.Device{
-		Name:       g.CanonicalName(),
-		Attributes: attrs,
-		Capacity:   capacity,
+		Name:             g.CanonicalName(),
+		Attributes:       attrs,
+		Capacity:         capacity,
+		ConsumesCounters: consumeAll(g),
 	}
 }

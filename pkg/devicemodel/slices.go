@@ -14,26 +14,115 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
 // Options configure the published model.
 type Options struct {
 	// NodeName names the node and its pool (one pool per node).
 	NodeName string
+	// Policy says what each GPU publishes.
+	Policy Policy
+	// OwnedMIG reports whether a MIG instance was created by this driver
+	// (it is in the checkpoint). Other instances were created out of band
+	// and make their GPU a static-MIG GPU.
+	OwnedMIG func(parentUUID string, giID uint32) bool
+	// NoMPS withholds MPS shares (no MPS control program on the node).
+	NoMPS bool
+}
+
+// Published is one published device and what the prepare path needs to
+// know to hand it out.
+type Published struct {
+	Device resourceapi.Device
+	// Type is TypeGPU, TypeMIG, TypeTimeSlicing or TypeMPS.
+	Type string
+	GPU  *discovery.GPU
+	// MIGProfile and Placement describe a dynamic MIG device.
+	MIGProfile *mig.Profile
+	Placement  mig.Placement
+	// StaticMIG is the existing instance behind a static MIG device.
+	StaticMIG *mig.Instance
+}
+
+// Model lists the node's devices, in publication order, and the GPUs'
+// counter sets.
+func Model(gpus []discovery.GPU, opts Options) ([]Published, []resourceapi.CounterSet) {
+	var devices []Published
+	var counterSets []resourceapi.CounterSet
+	for i := range gpus {
+		g := &gpus[i]
+		if static := staticInstances(g, opts.OwnedMIG); len(static) > 0 {
+			devices = append(devices, staticMIGDevices(g, static)...)
+			continue
+		}
+		policy := opts.Policy.forGPU(g)
+		counterSets = append(counterSets, CounterSet(g))
+		if policy.wholeGPU {
+			devices = append(devices, Published{Device: WholeGPU(g), Type: TypeGPU, GPU: g})
+		}
+		if policy.timeSlicing > 0 {
+			devices = append(devices, Published{Device: ShareDevice(g, TypeTimeSlicing, policy.timeSlicing), Type: TypeTimeSlicing, GPU: g})
+		}
+		if policy.mps > 0 && !opts.NoMPS {
+			devices = append(devices, Published{Device: ShareDevice(g, TypeMPS, policy.mps), Type: TypeMPS, GPU: g})
+		}
+		if g.MIG != nil && policy.mig == MIGDynamic {
+			devices = append(devices, dynamicMIGDevices(g)...)
+		}
+	}
+	return devices, counterSets
 }
 
 // Build returns the resources the node publishes: one pool named after the
-// node, its devices split into slices within the API's per-slice limit.
+// node; the GPUs' counter sets in slices of their own, then the devices in
+// slices within the API's per-slice limits.
 func Build(gpus []discovery.GPU, opts Options) resourceslice.DriverResources {
-	devices := make([]resourceapi.Device, 0, len(gpus))
-	for i := range gpus {
-		devices = append(devices, WholeGPU(&gpus[i]))
+	published, counterSets := Model(gpus, opts)
+	return Resources(opts.NodeName, published, counterSets)
+}
+
+// Resources lays published devices and counter sets out in slices.
+func Resources(poolName string, published []Published, counterSets []resourceapi.CounterSet) resourceslice.DriverResources {
+	devices := make([]resourceapi.Device, 0, len(published))
+	for _, p := range published {
+		devices = append(devices, p.Device)
 	}
+	var out []resourceslice.Slice
+	for len(counterSets) > 0 {
+		n := min(resourceapi.ResourceSliceMaxCounterSets, len(counterSets))
+		out = append(out, resourceslice.Slice{SharedCounters: counterSets[:n]})
+		counterSets = counterSets[n:]
+	}
+	out = append(out, splitDevices(devices, maxDevicesPerSlice(devices))...)
 	return resourceslice.DriverResources{
-		Pools: map[string]resourceslice.Pool{
-			opts.NodeName: {Slices: splitDevices(devices, resourceapi.ResourceSliceMaxDevices)},
-		},
+		Pools: map[string]resourceslice.Pool{poolName: {Slices: out}},
 	}
+}
+
+// staticInstances are the GPU's MIG instances this driver did not create.
+func staticInstances(g *discovery.GPU, owned func(string, uint32) bool) []mig.Instance {
+	if g.MIG == nil {
+		return nil
+	}
+	var out []mig.Instance
+	for _, inst := range g.MIG.Instances {
+		if owned == nil || !owned(g.UUID, inst.GIID) {
+			out = append(out, inst)
+		}
+	}
+	return out
+}
+
+// maxDevicesPerSlice is lower for devices that use counters or other
+// advanced features.
+func maxDevicesPerSlice(devices []resourceapi.Device) int {
+	for _, d := range devices {
+		if len(d.ConsumesCounters) > 0 || d.AllowMultipleAllocations != nil {
+			return resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+		}
+	}
+	return resourceapi.ResourceSliceMaxDevices
 }
 
 // splitDevices chunks devices into slices of at most max devices, keeping

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
 // Options tune discovery.
@@ -120,6 +122,11 @@ func describe(index int, dev nvml.Device) (GPU, error) {
 		gpu.MIGCapable = true
 		gpu.MIGEnabled = current == nvml.DEVICE_MIG_ENABLE
 		gpu.MIGPendingEnabled = pending == nvml.DEVICE_MIG_ENABLE
+		info, err := mig.Describe(dev)
+		if err != nil {
+			return gpu, fmt.Errorf("describe MIG of %s: %w", gpu.UUID, err)
+		}
+		gpu.MIG = info
 	case errors.Is(ret, nvml.ERROR_NOT_SUPPORTED):
 	default:
 		return gpu, fmt.Errorf("get MIG mode of %s: %w", gpu.UUID, ret)

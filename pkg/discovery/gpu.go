@@ -8,6 +8,8 @@ package discovery
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
 // GPU describes one physical GPU as NVML reports it.
@@ -43,6 +45,9 @@ type GPU struct {
 	// NVLinkDomain names the set of GPUs this GPU reaches over NVLink or
 	// NVSwitch; empty when the GPU has no active NVLink.
 	NVLinkDomain string
+	// MIG is the GPU's MIG geometry (profiles, placements, totals) and its
+	// existing instances; nil when the GPU is not MIG capable.
+	MIG *mig.Info
 }
 
 // CanonicalName is the stable device name published for the whole GPU. The

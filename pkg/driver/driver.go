@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -18,16 +20,22 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 // Options configure a Driver.
 type Options struct {
 	DriverName string
 	// PoolName is the node's pool; results from other pools are rejected.
-	PoolName   string
-	GPUs       []discovery.GPU
+	PoolName string
+	// NVML reaches the GPUs for MIG and sharing work.
+	NVML nvml.Interface
+	// DriverRoot is the host path of the NVIDIA driver installation.
+	DriverRoot string
 	CDI        cdi.Writer
+	// TimeSlicing and MPS set GPUs up for shares; nil refuses such shares.
+	TimeSlicing TimeSlicing
+	MPS         MPS
 	// CheckpointPath is the checkpoint file; its directory must exist.
 	CheckpointPath string
 	// Fatal is called for background errors that retrying cannot fix
@@ -45,34 +53,65 @@ type Options struct {
 // (short) save, never device work.
 type Driver struct {
 	opts    Options
-	devices map[string]*allocatable
 	locks   *keyedMutex
 	store   checkpoint.Store
 
+	// devices are the published devices by name; set once by SetDevices.
+	devices map[string]*devicemodel.Published
+
 	mu sync.Mutex // guards cp and its persistence
 	cp *checkpoint.Checkpoint
+	// missingSpecs are prepared claims found without a CDI spec at start.
+	missingSpecs []types.UID
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // New builds the driver and reconciles node state left by a previous run:
-// half-prepared claims are rolled back, CDI specs nobody owns are removed,
-// and a corrupt checkpoint is quarantined and rebuilt from the CDI specs.
+// half-prepared claims are rolled back (MIG instances they created are
+// destroyed), CDI specs nobody owns are removed, and a corrupt checkpoint is
+// quarantined and rebuilt from the CDI specs. Discover the devices after New
+// (so they reflect the cleaned-up state) and hand them to SetDevices.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{
 		opts:    opts,
-		devices: map[string]*allocatable{},
+		devices: map[string]*devicemodel.Published{},
 		locks:   newKeyedMutex(),
 		store:   checkpoint.NewFileStore(opts.CheckpointPath),
-	}
-	for i := range opts.GPUs {
-		gpu := &opts.GPUs[i]
-		d.devices[gpu.CanonicalName()] = &allocatable{gpu: gpu}
 	}
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// SetDevices hands the driver the devices the node publishes, then writes
+// again any CDI spec a prepared claim is missing. Call it once, before the
+// kubelet can reach the driver.
+func (d *Driver) SetDevices(ctx context.Context, devices []devicemodel.Published) {
+	for i := range devices {
+		d.devices[devices[i].Device.Name] = &devices[i]
+	}
+	d.rewriteMissingSpecs(ctx)
+	if err := d.reconcileShares(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Reconcile sharing state")
+	}
+}
+
+// OwnsMIG reports whether the driver created the MIG GPU instance, i.e. a
+// claim in the checkpoint holds it. The device model publishes other
+// instances as static MIG devices.
+func (d *Driver) OwnsMIG(parentUUID string, giID uint32) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.cp.All() {
+		for _, pd := range c.Devices {
+			if pd.MIG != nil && pd.MIG.CreatedByDriver && pd.MIG.ParentUUID == parentUUID && pd.MIG.GIID == giID {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
@@ -129,6 +168,7 @@ func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
 // Fault points passed to Options.FaultHook.
 const (
 	FaultPrepareStarted    = "prepare:started-recorded"
+	FaultPrepareMIGCreated = "prepare:mig-created"
 	FaultPrepareCDIWritten = "prepare:cdi-written"
 	FaultPrepareCompleted  = "prepare:completed-recorded"
 	FaultUnprepareStarted  = "unprepare:started-recorded"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 const testDriver = "gpu.dra.dev"
@@ -33,8 +34,9 @@ func newTestDriver(t *testing.T, hook func(string)) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(context.Background(), Options{
-		DriverName: testDriver, PoolName: "node-1", GPUs: node.GPUs,
+	ctx := context.Background()
+	d, err := New(ctx, Options{
+		DriverName: testDriver, PoolName: "node-1", NVML: node.Machine, DriverRoot: driverRoot,
 		CDI:            cdi.NewWriter(filepath.Join(root, "cdi"), driverRoot, files),
 		CheckpointPath: filepath.Join(root, "checkpoint.json"),
 		FaultHook:      hook,
@@ -42,6 +44,8 @@ func newTestDriver(t *testing.T, hook func(string)) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
+	published, _ := devicemodel.Model(node.GPUs, devicemodel.Options{NodeName: "node-1", OwnedMIG: d.OwnsMIG})
+	d.SetDevices(ctx, published)
 	return d
 }
 

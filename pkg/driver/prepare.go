@@ -12,17 +12,12 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
-
-// allocatable is a device this node publishes.
-type allocatable struct {
-	gpu *discovery.GPU
-}
 
 // lockKey serializes work on one physical GPU; devices carved from the same
 // GPU share it, devices of other GPUs never wait for it.
-func (a *allocatable) lockKey() string { return a.gpu.UUID }
+func lockKey(p *devicemodel.Published) string { return p.GPU.UUID }
 
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
@@ -31,7 +26,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, fmt.Errorf("claim is not allocated")
 	}
 
-	planned, keys, err := d.plan(claim)
+	planned, inputs, keys, err := d.plan(claim)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +64,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	d.fault(FaultPrepareStarted)
 
+	if err := d.prepareDevices(ctx, entry, inputs); err != nil {
+		if rbErr := d.rollback(ctx, entry); rbErr != nil {
+			logger.Error(rbErr, "Roll back failed preparation")
+		}
+		return nil, err
+	}
 	if err := d.writeCDI(ctx, entry); err != nil {
 		if rbErr := d.rollback(ctx, entry); rbErr != nil {
 			logger.Error(rbErr, "Roll back failed preparation")
@@ -87,38 +88,42 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 
 // plan maps the claim's allocation results for this driver and pool to the
 // devices to prepare, and the GPU locks the preparation needs.
-func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, []string, error) {
+func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, []shareInput, []string, error) {
 	var planned []checkpoint.PreparedDevice
+	var inputs []shareInput
 	var keys []string
+	mpsDevices := 0
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
 			continue // another driver's device in the same claim
 		}
 		if r.Pool != d.opts.PoolName {
-			return nil, nil, fmt.Errorf("request %q: device %s is in pool %q, this node serves pool %q", r.Request, r.Device, r.Pool, d.opts.PoolName)
+			return nil, nil, nil, fmt.Errorf("request %q: device %s is in pool %q, this node serves pool %q", r.Request, r.Device, r.Pool, d.opts.PoolName)
 		}
-		dev, ok := d.devices[r.Device]
+		pub, ok := d.devices[r.Device]
 		if !ok {
-			return nil, nil, fmt.Errorf("request %q: device %q is not published by this node", r.Request, r.Device)
+			return nil, nil, nil, fmt.Errorf("request %q: device %q is not published by this node", r.Request, r.Device)
 		}
 		cfg, err := d.requestConfig(claim, r.Request)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		if err := checkWholeGPUConfig(cfg, r.Device); err != nil {
-			return nil, nil, err
+		pd, in, err := plannedDevice(pub, r, cfg)
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		pd := checkpoint.PreparedDevice{
-			Request: r.Request, Pool: r.Pool, Device: r.Device,
-			Kind: checkpoint.DeviceKindGPU, UUIDs: []string{dev.gpu.UUID},
-		}
-		if r.ShareID != nil {
-			pd.ShareID = string(*r.ShareID)
+		if pd.Kind == devicemodel.TypeMPS {
+			mpsDevices++
 		}
 		planned = append(planned, pd)
-		keys = append(keys, dev.lockKey())
+		inputs = append(inputs, in)
+		keys = append(keys, lockKey(pub))
 	}
-	return planned, keys, nil
+	// A container reaches one MPS daemon through one pipe directory.
+	if mpsDevices > 1 {
+		return nil, nil, nil, fmt.Errorf("the claim has %d MPS shares; a container can use only one MPS device", mpsDevices)
+	}
+	return planned, inputs, keys, nil
 }
 
 // conflictLocked is the last line of defense against handing one device to
@@ -131,7 +136,7 @@ func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevi
 		}
 		for _, od := range other.Devices {
 			for _, pd := range planned {
-				if od.Device == pd.Device {
+				if od.Device == pd.Device && (od.ShareID == "" || pd.ShareID == "") {
 					return fmt.Errorf("device %s is already prepared for claim %s/%s (%s)", pd.Device, other.Namespace, other.Name, otherUID)
 				}
 			}
@@ -144,21 +149,11 @@ func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevi
 func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	devices := make([]cdi.ClaimDevice, 0, len(entry.Devices))
 	for _, pd := range entry.Devices {
-		dev, ok := d.devices[pd.Device]
-		if !ok {
-			return fmt.Errorf("device %s is no longer present on this node", pd.Device)
+		cd, err := d.containerEdits(pd)
+		if err != nil {
+			return err
 		}
-		gpu := dev.gpu
-		devices = append(devices, cdi.ClaimDevice{
-			Name:        pd.Device,
-			Request:     pd.Request,
-			Pool:        pd.Pool,
-			Device:      pd.Device,
-			ShareID:     pd.ShareID,
-			Kind:        pd.Kind,
-			UUIDs:       pd.UUIDs,
-			DeviceNodes: []string{gpu.DeviceNode()},
-		})
+		devices = append(devices, cd)
 	}
 	ids, err := d.opts.CDI.WriteClaimSpec(ctx, cdi.ClaimInfo{UID: entry.UID, Namespace: entry.Namespace, Name: entry.Name}, devices)
 	if err != nil {
@@ -226,6 +221,9 @@ func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) 
 		return fmt.Errorf("remove CDI spec: %w", err)
 	}
 	d.fault(FaultUnprepareCDIGone)
+	if err := d.unprepareDevices(ctx, entry); err != nil {
+		return err
+	}
 	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Delete(entry.UID) }); err != nil {
 		return err
 	}
@@ -236,11 +234,7 @@ func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) 
 func (d *Driver) lockKeys(devices []checkpoint.PreparedDevice) []string {
 	keys := make([]string, 0, len(devices))
 	for _, pd := range devices {
-		if dev, ok := d.devices[pd.Device]; ok {
-			keys = append(keys, dev.lockKey())
-		} else {
-			keys = append(keys, pd.Device)
-		}
+		keys = append(keys, gpuUUIDOf(pd))
 	}
 	return keys
 }
@@ -277,6 +271,15 @@ func cloneClaim(c *checkpoint.PreparedClaim) *checkpoint.PreparedClaim {
 	for i, pd := range c.Devices {
 		pd.UUIDs = slices.Clone(pd.UUIDs)
 		pd.CDIDeviceIDs = slices.Clone(pd.CDIDeviceIDs)
+		if pd.MIG != nil {
+			m := *pd.MIG
+			pd.MIG = &m
+		}
+		if pd.Sharing != nil {
+			s := *pd.Sharing
+			s.Config = slices.Clone(s.Config)
+			pd.Sharing = &s
+		}
 		cc.Devices[i] = pd
 	}
 	return &cc

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -61,24 +62,43 @@ func (d *Driver) recover(ctx context.Context) error {
 			return fmt.Errorf("remove orphaned CDI spec of claim %s: %w", spec.Claim.UID, err)
 		}
 	}
-	// A prepared claim whose spec vanished (removed by hand, unreadable)
-	// would make its containers fail to start: write it again.
-	for uid, entry := range d.cp.All() {
-		if haveSpec[uid] {
+	d.missingSpecs = nil
+	for uid := range d.cp.All() {
+		if !haveSpec[uid] {
+			d.missingSpecs = append(d.missingSpecs, uid)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.save(ctx)
+}
+
+// rewriteMissingSpecs writes again the spec of a prepared claim whose spec
+// vanished (removed by hand, unreadable): without it the claim's containers
+// cannot start. It needs the published devices, so it runs in SetDevices.
+func (d *Driver) rewriteMissingSpecs(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for _, uid := range d.missingSpecs {
+		d.mu.Lock()
+		entry, ok := d.cp.Get(uid)
+		if ok {
+			entry = cloneClaim(entry)
+		}
+		d.mu.Unlock()
+		if !ok {
 			continue
 		}
-		entry := cloneClaim(entry)
 		logger.Info("Rewriting missing CDI spec of a prepared claim", "claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", uid)
 		if err := d.writeCDI(ctx, entry); err != nil {
 			// Not fatal: the plugin must keep serving the other claims.
 			logger.Error(err, "Cannot rewrite CDI spec; containers of this claim cannot start until it is unprepared", "claim", klog.KRef(entry.Namespace, entry.Name))
 			continue
 		}
-		d.cp.Put(entry)
+		if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(entry) }); err != nil {
+			logger.Error(err, "Record rewritten CDI spec")
+		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.save(ctx)
+	d.missingSpecs = nil
 }
 
 // rebuildFromSpecs recreates completed claims from the annotations of the
@@ -96,10 +116,17 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 			State: checkpoint.PrepareCompleted,
 		}
 		for _, dev := range spec.Devices {
-			entry.Devices = append(entry.Devices, checkpoint.PreparedDevice{
+			pd := checkpoint.PreparedDevice{
 				Request: dev.Request, Pool: dev.Pool, Device: dev.Device, ShareID: dev.ShareID,
 				Kind: dev.Kind, UUIDs: dev.UUIDs, CDIDeviceIDs: []string{dev.ID},
-			})
+			}
+			if data, ok := dev.Annotations[annotationMIG]; ok {
+				var m checkpoint.MigInstance
+				if err := json.Unmarshal([]byte(data), &m); err == nil {
+					pd.MIG = &m
+				}
+			}
+			entry.Devices = append(entry.Devices, pd)
 		}
 		cp.Put(entry)
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 const (
@@ -51,7 +53,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(simnode.Main(m))
 }
 
 func runChild(root, crashAt string) error {
@@ -149,21 +151,6 @@ type step struct {
 }
 
 func TestCrashConvergence(t *testing.T) {
-	dirs, err := plugintest.NewDirs(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := simnode.New(t, machine, nodeName)
-	cluster := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
-	claim := cluster.MustAllocate(t, nodeName, at.Claim("victim", at.Exactly("gpus", driverName, 2)))[0]
-	data, err := json.Marshal([]*resourceapi.ResourceClaim{claim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dirs.Root, claimsFile), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
 	// Every step between side effects, then random moments. Prepare and
 	// unprepare alternate: each step leaves the claim as its operation
 	// does once the retry succeeded.
@@ -175,13 +162,70 @@ func TestCrashConvergence(t *testing.T) {
 		{prepare: true, crashAt: driver.FaultPrepareCompleted},
 		{prepare: false, crashAt: driver.FaultUnprepareStarted},
 	}
-	iterations := 12
+	t.Run("whole GPUs", func(t *testing.T) {
+		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12), nil)
+	})
+	t.Run("dynamic MIG", func(t *testing.T) {
+		// A MIG claim adds the instance creation in the middle of prepare.
+		migSteps := append([]step{{prepare: true, crashAt: driver.FaultPrepareMIGCreated}, {prepare: false, crashAt: driver.FaultUnprepareCDIGone}}, steps...)
+		claim := at.Claim("victim", at.Exactly("mig", "mig."+driverName, 1,
+			`device.attributes["gpu.dra.dev"].parentMinor == 0`, `device.attributes["gpu.dra.dev"].profile == "2g.20gb"`))
+		crashSteps(t, claim, withRandomSteps(migSteps, 8), func(t *testing.T, dirs plugintest.Dirs, prepared bool) {
+			// Nothing leaked, nothing lost: exactly the claim's instance
+			// exists while it is prepared, none once it is not.
+			insts := simInstances(t, dirs, 0)
+			want := 0
+			if prepared {
+				want = 1
+			}
+			if len(insts) != want || (want == 1 && (insts[0].Profile != "2g.20gb" || len(insts[0].ComputeInstances) != 1)) {
+				t.Fatalf("prepared=%v: MIG instances on GPU 0 = %+v", prepared, insts)
+			}
+		})
+	})
+}
+
+func withRandomSteps(steps []step, n int) []step {
 	if testing.Short() {
-		iterations = 4
+		n = 2
 	}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
-	for i := range iterations {
+	steps = slices.Clone(steps)
+	for i := range n {
 		steps = append(steps, step{prepare: i%2 == 0, delay: time.Duration(rng.IntN(4000)) * time.Microsecond})
+	}
+	return steps
+}
+
+func simInstances(t *testing.T, dirs plugintest.Dirs, gpu int) []nvmlsim.GpuInstanceState {
+	t.Helper()
+	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
+		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.GpuInstances(gpu)
+}
+
+// crashSteps runs the steps on one claim, checking the checkpoint and CDI
+// invariants, and checkHW (if set) against the simulated hardware.
+func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []step, checkHW func(*testing.T, plugintest.Dirs, bool)) {
+	dirs, err := plugintest.NewDirs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := simnode.New(t, machine, nodeName)
+	cluster := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
+	claim := cluster.MustAllocate(t, nodeName, unallocated)[0]
+	data, err := json.Marshal([]*resourceapi.ResourceClaim{claim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dirs.Root, claimsFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if checkHW == nil {
+		checkHW = func(*testing.T, plugintest.Dirs, bool) {}
 	}
 
 	ctx := context.Background()
@@ -220,6 +264,7 @@ func TestCrashConvergence(t *testing.T) {
 			if !hasSpec(t, dirs, claim.UID) || !completed(t, dirs, claim.UID) {
 				t.Fatalf("step %d: prepared claim lacks spec or checkpoint entry", i)
 			}
+			checkHW(t, dirs, true)
 		} else {
 			if err := c.kubelet.UnprepareOne(ctx, claim); err != nil {
 				t.Fatalf("step %d: unprepare after restart: %v", i, err)
@@ -227,6 +272,7 @@ func TestCrashConvergence(t *testing.T) {
 			if hasSpec(t, dirs, claim.UID) || completed(t, dirs, claim.UID) {
 				t.Fatalf("step %d: unprepared claim left a spec or checkpoint entry", i)
 			}
+			checkHW(t, dirs, false)
 		}
 		checkConsistent(t, dirs, claim.UID)
 		c.stop(t)

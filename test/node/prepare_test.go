@@ -35,6 +35,16 @@ const (
 // with a fake clientset that holds them.
 func setup(t *testing.T, requests map[string]int64) (plugintest.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *plugintest.Plugin) {
 	t.Helper()
+	var claims []*resourceapi.ResourceClaim
+	for _, name := range slices.Sorted(maps.Keys(requests)) {
+		claims = append(claims, at.Claim(name, at.Exactly("gpus", driverName, requests[name])))
+	}
+	return setupClaims(t, claims...)
+}
+
+// setupClaims is setup for claims of any kind, allocated in order.
+func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (plugintest.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *plugintest.Plugin) {
+	t.Helper()
 	dirs, err := plugintest.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -43,9 +53,9 @@ func setup(t *testing.T, requests map[string]int64) (plugintest.Dirs, *simnode.N
 	c := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
 	claims := map[string]*resourceapi.ResourceClaim{}
 	var all []*resourceapi.ResourceClaim
-	for _, name := range slices.Sorted(maps.Keys(requests)) {
-		claim := c.MustAllocate(t, nodeName, at.Claim(name, at.Exactly("gpus", driverName, requests[name])))[0]
-		claims[name] = claim
+	for _, u := range unallocated {
+		claim := c.MustAllocate(t, nodeName, u)[0]
+		claims[claim.Name] = claim
 		all = append(all, claim)
 	}
 	start := func(extra ...*resourceapi.ResourceClaim) *plugintest.Plugin {

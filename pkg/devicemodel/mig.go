@@ -1,0 +1,105 @@
+package devicemodel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+)
+
+// MIGDeviceName names a dynamic MIG device by parent, profile and placement:
+// gpu-0-mig-1g10gb-me-6. Names are DNS labels, so "." goes and "+" becomes "-".
+func MIGDeviceName(g *discovery.GPU, profile string, start uint32) string {
+	p := strings.NewReplacer(".", "", "+", "-").Replace(profile)
+	return fmt.Sprintf("%s-mig-%s-%d", g.CanonicalName(), p, start)
+}
+
+// dynamicMIGDevices are every profile × placement of a GPU. Within a
+// profile, placements are ordered from the highest start down: the
+// allocator is first-fit, and the large profiles (4g, 7g) start at memory
+// slice 0, so small ones filling from the top keep them possible longest.
+func dynamicMIGDevices(g *discovery.GPU) []Published {
+	var out []Published
+	for i := range g.MIG.Profiles {
+		p := &g.MIG.Profiles[i]
+		placements := slices.Clone(p.Placements)
+		slices.SortFunc(placements, func(a, b mig.Placement) int { return int(b.Start) - int(a.Start) })
+		for _, pl := range placements {
+			out = append(out, Published{Device: migDevice(g, *p, pl), Type: TypeMIG, GPU: g, MIGProfile: p, Placement: pl})
+		}
+	}
+	return out
+}
+
+func migDevice(g *discovery.GPU, p mig.Profile, pl mig.Placement) resourceapi.Device {
+	attrs := gpuAttributes(g)
+	attrs[AttrType] = stringAttr(TypeMIG)
+	attrs[AttrProfile] = stringAttr(p.Name)
+	attrs[AttrParentUUID] = stringAttr(g.UUID)
+	attrs[AttrParentMinor] = intAttr(g.Minor)
+	attrs[AttrPlacementStart] = intAttr(int(pl.Start))
+
+	consumed := map[string]resourceapi.Counter{}
+	for i := pl.Start; i < pl.Start+pl.Size; i++ {
+		consumed[memorySliceCounter(int(i))] = count(1)
+	}
+	for name, n := range map[string]int{
+		counterComputeSlices: p.ComputeSlices, counterDecoders: p.Decoders,
+		counterEncoders: p.Encoders, counterJPEGs: p.JPEGs, counterOFAs: p.OFAs,
+	} {
+		if n > 0 {
+			consumed[name] = count(n)
+		}
+	}
+	return resourceapi.Device{
+		Name:             MIGDeviceName(g, p.Name, pl.Start),
+		Attributes:       attrs,
+		Capacity:         migCapacity(p),
+		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: CounterSetName(g), Counters: consumed}},
+	}
+}
+
+func migCapacity(p mig.Profile) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		CapacityMemory:          bytesCapacity(p.MemoryBytes),
+		CapacityMultiprocessors: countCapacity(p.Multiprocessors),
+		CapacityCopyEngines:     countCapacity(p.CopyEngines),
+		CapacityDecoders:        countCapacity(p.Decoders),
+		CapacityEncoders:        countCapacity(p.Encoders),
+		CapacityJPEGEngines:     countCapacity(p.JPEGs),
+		CapacityOFAEngines:      countCapacity(p.OFAs),
+	}
+}
+
+// StaticMIGDeviceName names a MIG device created out of band.
+func StaticMIGDeviceName(g *discovery.GPU, inst mig.Instance) string {
+	return fmt.Sprintf("%s-mig-gi%d-ci%d", g.CanonicalName(), inst.GIID, inst.CIID)
+}
+
+// staticMIGDevices are MIG devices an admin created (e.g. with mig-parted).
+// They use no counters: the GPU publishes nothing else while they exist,
+// and the driver never destroys them.
+func staticMIGDevices(g *discovery.GPU, static []mig.Instance) []Published {
+	var out []Published
+	for i := range static {
+		inst := &static[i]
+		attrs := gpuAttributes(g)
+		attrs[AttrType] = stringAttr(TypeMIG)
+		attrs[AttrProfile] = stringAttr(inst.Profile.Name)
+		attrs[AttrParentUUID] = stringAttr(g.UUID)
+		attrs[AttrParentMinor] = intAttr(g.Minor)
+		attrs[AttrPlacementStart] = intAttr(int(inst.Placement.Start))
+		attrs[AttrUUID] = stringAttr(inst.UUID)
+		attrs[AttrStatic] = boolAttr(true)
+		out = append(out, Published{Type: TypeMIG, GPU: g, StaticMIG: inst, Device: resourceapi.Device{
+			Name:       StaticMIGDeviceName(g, *inst),
+			Attributes: attrs,
+			Capacity:   migCapacity(inst.Profile),
+		}})
+	}
+	return out
+}

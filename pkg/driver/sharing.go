@@ -1,0 +1,182 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
+)
+
+// TimeSlicing applies time-slicing to a GPU while it has shares.
+type TimeSlicing interface {
+	Acquire(ctx context.Context, gpu sharing.DeviceRef, shareID string, cfg *gpuv1beta1.TimeSlicingConfig) (*sharing.Result, error)
+	Release(ctx context.Context, gpu sharing.DeviceRef, shareID string) error
+	Reconcile(ctx context.Context, live []sharing.ShareRef) error
+}
+
+// MPS runs an MPS control daemon for a GPU while it has shares.
+type MPS interface {
+	Acquire(ctx context.Context, dev sharing.DeviceRef, share sharing.MPSShare) (*sharing.Result, error)
+	Release(ctx context.Context, dev sharing.DeviceRef, shareID string) error
+	Reconcile(ctx context.Context, live []sharing.ShareRef) error
+}
+
+// shareInput is what acquiring a share needs beyond its checkpoint record.
+type shareInput struct {
+	config   *gpuv1beta1.GpuSharing
+	consumed map[resourceapi.QualifiedName]resource.Quantity
+}
+
+// checkShareConfig accepts, for a share device, a GpuConfig whose strategy
+// is the device's own (or no config); the strategy is what the DeviceClass
+// chose, so a config asking for another one is a mistake worth reporting.
+func checkShareConfig(cfg gpuv1beta1.Config, pub *devicemodel.Published) (*gpuv1beta1.GpuSharing, error) {
+	want := gpuv1beta1.TimeSlicingStrategy
+	if pub.Type == devicemodel.TypeMPS {
+		want = gpuv1beta1.MPSStrategy
+	}
+	switch c := cfg.(type) {
+	case nil:
+		return &gpuv1beta1.GpuSharing{Strategy: want}, nil
+	case *gpuv1beta1.GpuConfig:
+		if c.Sharing == nil || c.Sharing.Strategy == gpuv1beta1.ExclusiveStrategy {
+			return &gpuv1beta1.GpuSharing{Strategy: want}, nil
+		}
+		if c.Sharing.Strategy != want {
+			return nil, fmt.Errorf("device %s is a %s share: sharing strategy %q does not apply to it", pub.Device.Name, want, c.Sharing.Strategy)
+		}
+		return c.Sharing, nil
+	default:
+		return nil, fmt.Errorf("device %s is a GPU share: a %s does not apply to it, use %s", pub.Device.Name, cfg.GetObjectKind().GroupVersionKind().Kind, gpuv1beta1.GpuConfigKind)
+	}
+}
+
+// shareID names a share on the node, stable across restarts.
+func shareID(claimUID types.UID, pd *checkpoint.PreparedDevice) string {
+	return fmt.Sprintf("%s/%s/%s/%s", claimUID, pd.Request, pd.Device, pd.ShareID)
+}
+
+func shareDeviceRef(pub *devicemodel.Published) sharing.DeviceRef {
+	return sharing.DeviceRef{UUID: pub.GPU.UUID, Index: pub.GPU.Index}
+}
+
+// acquireShare sets the GPU up for the share's strategy and records the
+// result (daemon pipe dir, time-slice, container edits) in pd.
+func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, in shareInput) error {
+	pub := d.devices[pd.Device]
+	if pub == nil {
+		return fmt.Errorf("device %s is no longer present on this node", pd.Device)
+	}
+	if err := d.ensureMIGOff(ctx, pub.GPU.UUID); err != nil {
+		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	id := shareID(claimUID, pd)
+	var res *sharing.Result
+	var err error
+	switch pd.Kind {
+	case devicemodel.TypeTimeSlicing:
+		if d.opts.TimeSlicing == nil {
+			return fmt.Errorf("device %s: time-slicing is not configured on this node", pd.Device)
+		}
+		res, err = d.opts.TimeSlicing.Acquire(ctx, shareDeviceRef(pub), id, in.config.TimeSlicingConfig)
+	case devicemodel.TypeMPS:
+		if d.opts.MPS == nil {
+			return fmt.Errorf("device %s: MPS is not configured on this node", pd.Device)
+		}
+		compute, memory := in.consumed[devicemodel.CapacityCompute], in.consumed[devicemodel.CapacityMemory]
+		share := sharing.MPSShare{ID: id, Config: in.config.MPSConfig, ConfigIndex: -1, Capacity: sharing.ShareCapacity{
+			ComputePercent: int(compute.Value()),
+			MemoryBytes:    memory.Value(),
+		}}
+		res, err = d.opts.MPS.Acquire(ctx, shareDeviceRef(pub), share)
+	}
+	if err != nil {
+		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	for _, w := range res.Warnings {
+		klog.FromContext(ctx).Info("Sharing warning", "device", pd.Device, "warning", w)
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	pd.Sharing = &checkpoint.Sharing{Strategy: string(res.Strategy), Config: data}
+	return nil
+}
+
+// releaseShare undoes acquireShare; it needs only the record's identity,
+// so it also cleans up after a crash before the result was recorded.
+func (d *Driver) releaseShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice) error {
+	ref := sharing.DeviceRef{UUID: pd.GPUUUID}
+	if pub := d.devices[pd.Device]; pub != nil {
+		ref = shareDeviceRef(pub)
+	}
+	id := shareID(claimUID, pd)
+	switch {
+	case pd.Kind == devicemodel.TypeTimeSlicing && d.opts.TimeSlicing != nil:
+		return d.opts.TimeSlicing.Release(ctx, ref, id)
+	case pd.Kind == devicemodel.TypeMPS && d.opts.MPS != nil:
+		return d.opts.MPS.Release(ctx, ref, id)
+	}
+	return nil
+}
+
+// shareEdits are the container edits recorded for a share.
+func shareEdits(pd checkpoint.PreparedDevice) (sharing.ContainerEdits, error) {
+	if pd.Sharing == nil || len(pd.Sharing.Config) == 0 {
+		return sharing.ContainerEdits{}, nil
+	}
+	var res sharing.Result
+	if err := json.Unmarshal(pd.Sharing.Config, &res); err != nil {
+		return sharing.ContainerEdits{}, fmt.Errorf("device %s: recorded sharing state: %w", pd.Device, err)
+	}
+	return res.Edits, nil
+}
+
+// reconcileShares hands each sharing manager the shares the checkpoint
+// holds, so it adopts their daemons and settings and undoes the rest.
+func (d *Driver) reconcileShares(ctx context.Context) error {
+	ts, mps := d.liveShares()
+	if d.opts.TimeSlicing != nil {
+		if err := d.opts.TimeSlicing.Reconcile(ctx, ts); err != nil {
+			return fmt.Errorf("reconcile time-slicing: %w", err)
+		}
+	}
+	if d.opts.MPS != nil {
+		if err := d.opts.MPS.Reconcile(ctx, mps); err != nil {
+			return fmt.Errorf("reconcile MPS: %w", err)
+		}
+	}
+	return nil
+}
+
+// liveShares are the checkpoint's time-slicing and MPS shares.
+func (d *Driver) liveShares() (ts, mps []sharing.ShareRef) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, c := range d.cp.All() {
+		for i := range c.Devices {
+			pd := &c.Devices[i]
+			ref := sharing.ShareRef{Device: sharing.DeviceRef{UUID: pd.GPUUUID}, ID: shareID(uid, pd)}
+			if pub := d.devices[pd.Device]; pub != nil {
+				ref.Device = shareDeviceRef(pub)
+			}
+			switch pd.Kind {
+			case devicemodel.TypeTimeSlicing:
+				ts = append(ts, ref)
+			case devicemodel.TypeMPS:
+				mps = append(mps, ref)
+			}
+		}
+	}
+	return ts, mps
+}

@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+)
+
+func migClaim(name, profile string) *resourceapi.ResourceClaim {
+	return at.Claim(name, at.Exactly("mig", "mig."+driverName, 1,
+		`device.attributes["gpu.dra.dev"].parentMinor == 0`,
+		fmt.Sprintf(`device.attributes["gpu.dra.dev"].profile == %q`, profile)))
+}
+
+// simState opens the simulated machine's persisted state, as the plugin
+// left it, to check what exists on the "hardware".
+func simState(t *testing.T, dirs plugintest.Dirs) *nvmlsim.Machine {
+	t.Helper()
+	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
+		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret := m.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	t.Cleanup(func() { m.Shutdown() })
+	return m
+}
+
+func TestPrepareDynamicMIG(t *testing.T) {
+	ctx := context.Background()
+	dirs, _, claims, start := setupClaims(t, migClaim("small", "1g.10gb"), migClaim("large", "3g.40gb"))
+	p := start()
+	defer func() { _ = p.Stop() }()
+
+	for _, name := range []string{"small", "large"} {
+		ids, err := p.Kubelet.PrepareOne(ctx, claims[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := inject(t, dirs.CDI, ids)
+		if uuid := env(spec, "NVIDIA_VISIBLE_DEVICES"); !strings.HasPrefix(uuid, "MIG-") {
+			t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want a MIG UUID", name, uuid)
+		}
+		caps := slices.IndexFunc(spec.Linux.Devices, func(d oci.LinuxDevice) bool { return strings.HasPrefix(d.Path, "/dev/nvidia-caps/nvidia-cap") })
+		if caps < 0 || !slices.ContainsFunc(spec.Linux.Devices, func(d oci.LinuxDevice) bool { return d.Path == "/dev/nvidia0" }) {
+			t.Errorf("%s: container lacks the parent GPU or MIG capability nodes: %v", name, devicePaths(spec))
+		}
+	}
+	insts := simState(t, dirs).GpuInstances(0)
+	var got []string
+	for _, gi := range insts {
+		got = append(got, fmt.Sprintf("%s@%d", gi.Profile, gi.Start))
+		if len(gi.ComputeInstances) != 1 {
+			t.Errorf("GPU instance %s@%d has %d compute instances, want 1", gi.Profile, gi.Start, len(gi.ComputeInstances))
+		}
+	}
+	slices.Sort(got)
+	// Small profiles fill from the top, large ones take the other end.
+	if want := []string{"1g.10gb@6", "3g.40gb@0"}; !slices.Equal(got, want) {
+		t.Errorf("instances on GPU 0 = %v, want %v", got, want)
+	}
+
+	for _, name := range []string{"small", "large"} {
+		if err := p.Kubelet.UnprepareOne(ctx, claims[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := simState(t, dirs).GpuInstances(0); len(left) != 0 {
+		t.Errorf("MIG instances left after unprepare: %+v", left)
+	}
+}
+
+// A whole GPU allocated after MIG devices were released gets the GPU out of
+// MIG mode.
+func TestWholeGPUAfterMIG(t *testing.T) {
+	ctx := context.Background()
+	whole := at.Claim("whole", at.Exactly("gpu", driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`))
+	dirs, _, claims, start := setupClaims(t, migClaim("mig", "1g.10gb"))
+	p := start(whole)
+	defer func() { _ = p.Stop() }()
+	if _, err := p.Kubelet.PrepareOne(ctx, claims["mig"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kubelet.UnprepareOne(ctx, claims["mig"]); err != nil {
+		t.Fatal(err)
+	}
+	// Allocated by hand: in a real cluster the scheduler allocates it
+	// once the MIG claim is deallocated.
+	whole.UID = "whole-uid"
+	whole.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driverName, Pool: nodeName, Device: "gpu-0"}},
+	}}
+	_ = p.Stop()
+	p = start(whole)
+	if _, err := p.Kubelet.PrepareOne(ctx, whole); err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := simState(t, dirs).DeviceGetHandleByIndex(0)
+	if mode, _, ret := dev.GetMigMode(); ret != nvml.SUCCESS || mode != nvml.DEVICE_MIG_DISABLE {
+		t.Errorf("MIG mode after preparing the whole GPU = %d (%v), want disabled", mode, ret)
+	}
+}
+
+func TestPrepareTimeSlicing(t *testing.T) {
+	ctx := context.Background()
+	long := resourceapi.DeviceClaimConfiguration{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driverName, Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`),
+		}},
+	}}
+	tsClaim := func(name string) *resourceapi.ResourceClaim {
+		c := at.Claim(name, at.Exactly("ts", "timeslice."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`))
+		c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{long}
+		return c
+	}
+	dirs, _, claims, start := setupClaims(t, tsClaim("a"), tsClaim("b"))
+	p := start()
+	defer func() { _ = p.Stop() }()
+	for _, name := range []string{"a", "b"} {
+		if _, err := p.Kubelet.PrepareOne(ctx, claims[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if claims["a"].Status.Allocation.Devices.Results[0].Device != claims["b"].Status.Allocation.Devices.Results[0].Device {
+		t.Fatalf("both shares should be on gpu-0-ts")
+	}
+	if level := simState(t, dirs).Timeslice(0); level != 3 {
+		t.Errorf("time-slice level with two Long shares = %d, want 3", level)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := p.Kubelet.UnprepareOne(ctx, claims[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if level := simState(t, dirs).Timeslice(0); level != 0 {
+		t.Errorf("time-slice level after the last share = %d, want restored to 0", level)
+	}
+}
