@@ -42,25 +42,32 @@ done
 
 say() { $quiet || gdd_log "$@"; }
 
-# stop NAME [GRACE-SECONDS]: SIGTERM, then SIGKILL after the grace period.
+# stop GRACE-SECONDS NAME...: SIGTERM to every named component at once, then
+# SIGKILL to those still running after the grace period.
 stop() {
-	local name=$1 grace=${2:-10} pid i
-	pid=$(gdd_pid "$name") || {
+	local grace=$1 name pid i
+	shift
+	local -A pids=()
+	for name in "$@"; do
+		if pid=$(gdd_pid "$name"); then
+			kill -TERM "$pid" 2>/dev/null || true
+			pids[$name]=$pid
+		fi
 		rm -f "$GDD_PIDS/$name.pid"
-		return 0
-	}
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < grace * 10; i++)); do
-		[[ -d /proc/$pid ]] || break
-		sleep 0.1
 	done
-	if [[ -d /proc/$pid ]]; then
-		say "$name (pid $pid) did not stop after ${grace}s; killing"
-		kill -KILL "$pid" 2>/dev/null || true
-		while [[ -d /proc/$pid ]]; do sleep 0.1; done
-	fi
-	rm -f "$GDD_PIDS/$name.pid"
-	say "stopped $name (pid $pid)"
+	for name in "${!pids[@]}"; do
+		pid=${pids[$name]}
+		for ((i = 0; i < grace * 10; i++)); do
+			[[ -d /proc/$pid ]] || break
+			sleep 0.1
+		done
+		if [[ -d /proc/$pid ]]; then
+			say "$name (pid $pid) did not stop after ${grace}s; killing"
+			kill -KILL "$pid" 2>/dev/null || true
+			while [[ -d /proc/$pid ]]; do sleep 0.1; done
+		fi
+		say "stopped $name (pid $pid)"
+	done
 }
 
 ctr_() { "$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" --timeout 10s -n k8s.io "$@"; }
@@ -123,15 +130,24 @@ unmount_all() {
 	[[ -z $(mounts_below) ]]
 }
 
+# remove_cgroups removes the now empty kubepods cgroup trees the kubelet made
+# (cgroupfs driver, cgroup v1), unless some other kubelet runs on this host.
+remove_cgroups() {
+	pgrep -x kubelet >/dev/null && return 0
+	local d
+	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+		[[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	return 0
+}
+
 main() {
-	stop kubelet 15
+	stop 15 kubelet
 	remove_containers
-	stop containerd 10
+	stop 10 containerd
 	remove_leftovers
-	stop kube-scheduler
-	stop kube-controller-manager
-	stop kube-apiserver
-	stop etcd
+	stop 10 kube-scheduler kube-controller-manager kube-apiserver
+	stop 10 etcd
 
 	unmount_all || gdd_die "mounts left under $GDD_STATE_DIR: $(mounts_below | tr '\n' ' '); not removing it"
 	local rule
@@ -142,6 +158,8 @@ main() {
 	if ip link show "$GDD_CNI_BRIDGE" >/dev/null 2>&1; then
 		ip link delete "$GDD_CNI_BRIDGE" && say "deleted bridge $GDD_CNI_BRIDGE"
 	fi
+	remove_cgroups
+	rmdir /run/containerd/s /run/containerd 2>/dev/null || true # only if empty
 	local f
 	for f in /var/run/cdi/"$GDD_CDI_PREFIX"*; do
 		[[ -e $f ]] || continue

@@ -61,6 +61,7 @@ gdd_make_pki() {
 	san+=",DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$GDD_SERVICE_IP$host_ips"
 	gdd_cert apiserver "/CN=kube-apiserver" serverAuth "$san"
 	gdd_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+	gdd_cert front-proxy-client "/CN=front-proxy-client" clientAuth
 	gdd_cert admin "/O=system:masters/CN=kubernetes-admin" clientAuth
 	gdd_cert controller-manager "/CN=system:kube-controller-manager" clientAuth
 	gdd_cert scheduler "/CN=system:kube-scheduler" clientAuth

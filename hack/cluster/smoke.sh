@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke check of the local cluster: up.sh, a busybox pod from the demo image on the
 # bridge CNI network (hostNetwork: false), `kubectl exec ... cat /proc/1/status`,
-# the Workload/PodGroup and DRA APIs being served, then down.sh.
+# the Workload/PodGroup and DRA APIs being served, the API reachable from a pod
+# through the "kubernetes" Service IP (in-cluster config), then down.sh.
 #
 # Usage: hack/cluster/smoke.sh [--keep] [up.sh flags...]
 #   --keep  leave the cluster running afterwards (default: down.sh on exit)
@@ -84,5 +85,33 @@ if command -v ping >/dev/null; then
 	ping -c1 -W2 "$ip" >/dev/null || gdd_die "pod IP $ip is not reachable from the host"
 	gdd_log "pod IP $ip reachable from the host"
 fi
+
+# In-cluster API access from the pod network: client-go's in-cluster config dials
+# the "kubernetes" Service IP, which up.sh routes to the loopback apiserver. The
+# static kubectl from the binary cache serves as the client.
+kubectl apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: smoke-api
+  namespace: default
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: kubectl
+    image: $GDD_DEMO_IMAGE
+    imagePullPolicy: Never
+    command: ["/gdd-bin/kubectl", "get", "--raw", "/version"]
+    volumeMounts:
+    - {name: bin, mountPath: /gdd-bin, readOnly: true}
+  volumes:
+  - name: bin
+    hostPath: {path: $GDD_BIN, type: Directory}
+EOF
+kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/smoke-api --timeout=60s
+kubectl logs smoke-api | grep -q "\"gitVersion\": \"$GDD_K8S_VERSION\"" ||
+	gdd_die "in-cluster API check failed: $(kubectl logs smoke-api 2>&1 | tail -n 3)"
+gdd_log "in-cluster API reachable from the pod network via https://$GDD_SERVICE_IP:443"
 
 gdd_log "smoke check passed: up ${t_up}s, pod Ready ${t_pod}s after apply"

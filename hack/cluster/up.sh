@@ -131,10 +131,11 @@ check_previous() {
 		$clean || gdd_die "a cluster is running in $GDD_STATE_DIR (${running[*]}); run hack/cluster/down.sh or pass --clean"
 		gdd_log "tearing down the running cluster in $GDD_STATE_DIR (--clean)"
 		./down.sh --state-dir "$GDD_STATE_DIR"
-	elif [[ -e $GDD_STATE_DIR ]]; then
-		gdd_log "cleaning up stale state in $GDD_STATE_DIR"
+	elif [[ -n $(find "$GDD_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name logs 2>/dev/null) ]]; then
+		gdd_log "cleaning up after an earlier run that was not shut down with down.sh"
 		./down.sh --state-dir "$GDD_STATE_DIR" --quiet
 	fi
+	rm -rf "$GDD_LOGS" # from the previous run
 	local p
 	for p in 2379 2380 "$GDD_APISERVER_PORT" 10250 10257 10259; do
 		port_free "$p" || gdd_die "port $p is in use by another process ($(ss -Hltnp "sport = :$p" | head -1))"
@@ -158,6 +159,10 @@ start_apiserver() {
 		--kubelet-client-certificate="$p/apiserver-kubelet-client.crt" \
 		--kubelet-client-key="$p/apiserver-kubelet-client.key" \
 		--kubelet-preferred-address-types=InternalIP,Hostname \
+		--requestheader-client-ca-file="$p/ca.crt" --requestheader-allowed-names=front-proxy-client \
+		--requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+		--requestheader-extra-headers-prefix=X-Remote-Extra- \
+		--proxy-client-cert-file="$p/front-proxy-client.crt" --proxy-client-key-file="$p/front-proxy-client.key" \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
 		--service-cluster-ip-range="$GDD_SERVICE_CIDR" \
@@ -270,7 +275,7 @@ EOF
 			--snapshotter "$snapshotter" "$img" >>"$GDD_LOGS/images.log" 2>&1 ||
 			gdd_die "import $img failed; see $GDD_LOGS/images.log"
 	done
-	gdd_log "imported images: $("$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
+	gdd_log "imported images: $("$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" -n k8s.io images ls -q 2>/dev/null | grep -v '^sha256:' | tr '\n' ' ')"
 }
 
 # expose_apiserver makes https://$GDD_SERVICE_IP:443 (the "kubernetes" Service,
