@@ -22,37 +22,67 @@ import (
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/mpscontrol"
 )
 
-// fakeControl is the fake nvidia-cuda-mps-control, built once by TestMain.
-var fakeControl string
+// simControlDir holds the simulated nvidia-cuda-mps-control that
+// controlBinary builds, once per test binary; TestMain removes it.
+var (
+	simControlDir  string
+	simControlOnce sync.Once
+	simControlPath string
+	simControlErr  error
+)
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fakempscontrol")
+	dir, err := os.MkdirTemp("", "mps-control-sim")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		fakeControl = filepath.Join(dir, "nvidia-cuda-mps-control")
+	simControlDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// controlBinary returns the simulated nvidia-cuda-mps-control
+// (cmd/mps-control-sim) installed the way a simulated driver root installs
+// it: usr/bin/nvidia-cuda-mps-control, a symlink to the binary. It builds the
+// binary on its first call.
+func controlBinary(t *testing.T) string {
+	t.Helper()
+	simControlOnce.Do(func() {
+		binary := filepath.Join(simControlDir, "mps-control-sim")
 		goBin, err := exec.LookPath("go")
 		if err != nil {
 			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		build := exec.Command(goBin, "build", "-o", fakeControl, "./internal/fakempscontrol")
+		build := exec.Command(goBin, "build", "-o", binary, "github.com/gpu-dra/gpu-dra-driver/cmd/mps-control-sim")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build fake MPS control program: %v\n%s", err, out)
-			return 1
+			simControlErr = fmt.Errorf("build cmd/mps-control-sim: %w\n%s", err, out)
+			return
 		}
-		return m.Run()
-	}()
-	os.Exit(code)
+		link := filepath.Join(simControlDir, "usr", "bin", "nvidia-cuda-mps-control")
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			simControlErr = err
+			return
+		}
+		if err := os.Symlink(binary, link); err != nil {
+			simControlErr = err
+			return
+		}
+		simControlPath = link
+	})
+	if simControlErr != nil {
+		t.Fatal(simControlErr)
+	}
+	return simControlPath
 }
 
-// mpsTest is an MPS manager over a simulated machine and the fake control
-// program.
+// mpsTest is an MPS manager over a simulated machine and the simulated
+// control program.
 type mpsTest struct {
 	sim *nvmlsim.Machine
 	dir string
@@ -85,7 +115,7 @@ func newMPSTest(t *testing.T, machine string, opts MPSOptions) *mpsTest {
 func (mt *mpsTest) newManager(t *testing.T, opts MPSOptions) *MPSManager {
 	t.Helper()
 	opts.Dir = mt.dir
-	opts.ControlBinary = fakeControl
+	opts.ControlBinary = controlBinary(t)
 	opts.ComputeModes = NewNVMLComputeModes(mt.sim)
 	mgr, err := NewMPSManager(opts)
 	if err != nil {
@@ -565,7 +595,7 @@ func TestMPSDeadDaemonRestartedOnAcquire(t *testing.T) {
 // TestMPSStopKillsStuckDaemon checks that a daemon that ignores quit is
 // terminated.
 func TestMPSStopKillsStuckDaemon(t *testing.T) {
-	mt := newMPSTest(t, "dgxh100", MPSOptions{Env: []string{"FAKE_MPS_IGNORE_QUIT=1"}, StopTimeout: 200 * time.Millisecond})
+	mt := newMPSTest(t, "dgxh100", MPSOptions{Env: []string{mpscontrol.EnvIgnoreQuit + "=1"}, StopTimeout: 200 * time.Millisecond})
 	gpu := gpuRef(mt.sim, 7)
 	mt.acquire(t, gpu, MPSShare{ID: "a", ConfigIndex: -1})
 	pid := mt.pid(gpu)
@@ -582,10 +612,10 @@ func TestMPSStopKillsStuckDaemon(t *testing.T) {
 // TestMPSStartFailure checks that a daemon that fails to start fails the
 // preparation with its output and leaves the GPU as it was.
 func TestMPSStartFailure(t *testing.T) {
-	mt := newMPSTest(t, "dgxh100", MPSOptions{Env: []string{"FAKE_MPS_FAIL_START=1"}})
+	mt := newMPSTest(t, "dgxh100", MPSOptions{Env: []string{mpscontrol.EnvFailStart + "=1"}})
 	gpu := gpuRef(mt.sim, 4)
 	_, err := mt.mgr.Acquire(testContext(t), gpu, MPSShare{ID: "a", ConfigIndex: -1})
-	if err == nil || !strings.Contains(err.Error(), "FAKE_MPS_FAIL_START") {
+	if err == nil || !strings.Contains(err.Error(), mpscontrol.EnvFailStart) {
 		t.Fatalf("Acquire = %v, want the daemon's output in the error", err)
 	}
 	if got := computeModeOf(t, mt.sim, 4); got != nvml.COMPUTEMODE_DEFAULT {
@@ -600,7 +630,7 @@ func TestMPSStartFailure(t *testing.T) {
 // TestNewMPSManagerValidates checks the options.
 func TestNewMPSManagerValidates(t *testing.T) {
 	m := newSim(t, "l4x4")
-	base := MPSOptions{Dir: "/var/lib/kubelet/plugins/gpu.dra.dev/mps", ControlBinary: fakeControl, ComputeModes: NewNVMLComputeModes(m)}
+	base := MPSOptions{Dir: "/var/lib/kubelet/plugins/gpu.dra.dev/mps", ControlBinary: controlBinary(t), ComputeModes: NewNVMLComputeModes(m)}
 	long := base
 	long.Dir = "/var/lib/kubelet/plugins/gpu.dra.dev/some/deeply/nested/dir/for/mps"
 	relative := base
