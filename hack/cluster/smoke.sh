@@ -114,4 +114,38 @@ kubectl logs smoke-api | grep -q "\"gitVersion\": \"$GDD_K8S_VERSION\"" ||
 	gdd_die "in-cluster API check failed: $(kubectl logs smoke-api 2>&1 | tail -n 3)"
 gdd_log "in-cluster API reachable from the pod network via https://$GDD_SERVICE_IP:443"
 
+# Gang scheduling (GenericWorkload): a PodGroup with minCount 2 keeps its first pod
+# Pending until the second one exists, then binds both.
+gang_pod() {
+	cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: default
+spec:
+  schedulingGroup: {podGroupName: smoke-gang}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: $GDD_DEMO_IMAGE, imagePullPolicy: Never, command: [sleep, "3600"]}
+EOF
+}
+kubectl apply -f - <<EOF
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata:
+  name: smoke-gang
+  namespace: default
+spec:
+  schedulingPolicy:
+    gang: {minCount: 2}
+EOF
+gang_pod smoke-gang-1 | kubectl apply -f -
+sleep 3
+[[ -z $(kubectl get pod smoke-gang-1 -o jsonpath='{.spec.nodeName}') ]] ||
+	gdd_die "gang scheduling: smoke-gang-1 was bound before its PodGroup reached minCount"
+gang_pod smoke-gang-2 | kubectl apply -f -
+kubectl wait --for=condition=Ready pod/smoke-gang-1 pod/smoke-gang-2 --timeout=60s
+gdd_log "gang scheduling: PodGroup smoke-gang held its first pod until minCount 2, then bound both"
+
 gdd_log "smoke check passed: up ${t_up}s, pod Ready ${t_pod}s after apply"

@@ -203,9 +203,8 @@ EOF
 }
 
 start_containerd() {
-	local snapshotter
 	mkdir -p "$GDD_CTRD_DIR" "$GDD_CNI_CONF_DIR" "$GDD_CNI_IPAM_DIR" /etc/cdi /var/run/cdi
-	snapshotter=$(pick_snapshotter)
+	snapshotter=$(pick_snapshotter) # global: also written to the env file
 	gdd_log "containerd snapshotter: $snapshotter"
 	cat >"$GDD_CTRD_DIR/config.toml" <<EOF
 version = 3
@@ -381,6 +380,7 @@ export KUBECONFIG=$KUBECONFIG
 export PATH=$GDD_BIN:\$PATH
 export CONTAINERD_ADDRESS=$GDD_CTRD_SOCK
 export CONTAINERD_NAMESPACE=k8s.io
+export CONTAINERD_SNAPSHOTTER=$snapshotter
 EOF
 	gdd_log "cluster up in $(($(date +%s) - gdd_start_time))s (with build check: $(($(date +%s) - t0))s)"
 	cat >&2 <<EOF
