@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -104,4 +105,17 @@ func (p *Plugin) Stop() error {
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("plugin did not stop within 30s")
 	}
+}
+
+// BuildMPSControl builds the simulated nvidia-cuda-mps-control
+// (cmd/mps-control-sim) into dir and returns its path; the plugin finds it
+// beside its own binary in a real deployment.
+func BuildMPSControl(dir string) (string, error) {
+	out := filepath.Join(dir, "mps-control-sim")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/gpu-dra/gpu-dra-driver/cmd/mps-control-sim")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build mps-control-sim: %w\n%s", err, msg)
+	}
+	return out, nil
 }

@@ -143,26 +143,48 @@ func gpuByName(t *testing.T, n *simnode.Node, name string) *discovery.GPU {
 	return &n.GPUs[i]
 }
 
-// BenchmarkAllocateWholeGPU is the scheduler's allocator time for one
-// one-GPU claim on a dgxh100 node with half its GPUs taken.
-func BenchmarkAllocateWholeGPU(b *testing.B) {
-	n := simnode.New(b, "dgxh100", "dgxh100")
-	slices := n.Slices(driverName)
-	for i, s := range slices {
-		s.Name = s.GenerateName + string(rune('a'+i))
-	}
-	c := at.NewCluster(slices, deviceclass.DeviceClasses(driverName))
-	for range 4 {
-		c.MustAllocate(b, "dgxh100", at.Claim("held", at.Exactly("gpu", driverName, 1)))
-	}
-	held := len(c.Allocated)
-	ctx := b.Context()
-	b.ResetTimer()
-	for range b.N {
-		out, err := c.Allocate(ctx, "dgxh100", at.Claim("bench", at.Exactly("gpu", driverName, 1)))
-		if err != nil || out == nil {
-			b.Fatalf("allocate: %v", err)
-		}
-		c.Allocated = c.Allocated[:held]
+// BenchmarkAllocate is the scheduler's allocator time for one claim on a
+// dgxh100 node with 4 of 8 GPUs held, on the full model (whole GPUs, MIG
+// placements, shares: 224 devices and 8 counter sets) and on a whole-GPU-only
+// model (8 devices), in the same run.
+func BenchmarkAllocate(b *testing.B) {
+	off := false
+	wholeOnly := devicemodel.Policy{Default: devicemodel.GPUPolicy{
+		MIG:         devicemodel.MIGOff,
+		TimeSlicing: &devicemodel.SharePolicy{Enabled: &off},
+		MPS:         &devicemodel.SharePolicy{Enabled: &off},
+	}}
+	for _, tc := range []struct {
+		name   string
+		policy devicemodel.Policy
+		req    resourceapi.DeviceRequest
+	}{
+		{"whole-only-model/gpu", wholeOnly, at.Exactly("gpu", driverName, 1)},
+		{"full-model/gpu", devicemodel.Policy{}, at.Exactly("gpu", driverName, 1)},
+		{"full-model/mig-1g", devicemodel.Policy{}, at.Exactly("mig", "mig."+driverName, 1, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`)},
+		{"full-model/timeslice", devicemodel.Policy{}, at.Exactly("ts", "timeslice."+driverName, 1)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			n := simnode.New(b, "dgxh100", "dgxh100")
+			n.Resources = devicemodel.Build(n.GPUs, devicemodel.Options{NodeName: "dgxh100", Policy: tc.policy})
+			slices := n.Slices(driverName)
+			for i, s := range slices {
+				s.Name = s.GenerateName + string(rune('a'+i))
+			}
+			c := at.NewCluster(slices, deviceclass.DeviceClasses(driverName))
+			for range 4 {
+				c.MustAllocate(b, "dgxh100", at.Claim("held", at.Exactly("gpu", driverName, 1)))
+			}
+			held := len(c.Allocated)
+			ctx := b.Context()
+			b.ResetTimer()
+			for range b.N {
+				out, err := c.Allocate(ctx, "dgxh100", at.Claim("bench", tc.req))
+				if err != nil || out == nil {
+					b.Fatalf("allocate: %v", err)
+				}
+				c.Allocated = c.Allocated[:held]
+			}
+		})
 	}
 }

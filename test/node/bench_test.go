@@ -27,11 +27,25 @@ import (
 // prepare again. Reports p50/p99 per call.
 func BenchmarkNodePrepareResources(b *testing.B) {
 	for _, tc := range []struct {
-		gpus       int64
+		name       string
+		request    func(i int) resourceapi.DeviceRequest
 		concurrent int
-	}{{1, 1}, {8, 1}, {1, 8}} {
-		b.Run(fmt.Sprintf("gpus=%d/concurrent=%d", tc.gpus, tc.concurrent), func(b *testing.B) {
-			claims, p := benchPlugin(b, tc.gpus, tc.concurrent)
+	}{
+		{"gpus=1/concurrent=1", gpus(1), 1},
+		{"gpus=8/concurrent=1", gpus(8), 1},
+		{"gpus=1/concurrent=8", gpus(1), 8},
+		// Dynamic MIG: each prepare creates a GPU and compute instance
+		// in the simulated NVML, each unprepare destroys them.
+		{"mig-1g/concurrent=1", func(int) resourceapi.DeviceRequest {
+			return at.Exactly("mig", "mig."+driverName, 1, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`)
+		}, 1},
+		{"mig-1g-on-8-gpus/concurrent=8", func(i int) resourceapi.DeviceRequest {
+			return at.Exactly("mig", "mig."+driverName, 1, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`,
+				fmt.Sprintf(`device.attributes["gpu.dra.dev"].parentMinor == %d`, i))
+		}, 8},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			claims, p := benchPlugin(b, tc.request, tc.concurrent)
 			defer func() { _ = p.Stop() }()
 			ctx := context.Background()
 			var latencies []time.Duration
@@ -69,7 +83,11 @@ func BenchmarkNodePrepareResources(b *testing.B) {
 	}
 }
 
-func benchPlugin(b *testing.B, gpus int64, count int) ([]*resourceapi.ResourceClaim, *plugintest.Plugin) {
+func gpus(n int64) func(int) resourceapi.DeviceRequest {
+	return func(int) resourceapi.DeviceRequest { return at.Exactly("gpus", driverName, n) }
+}
+
+func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, count int) ([]*resourceapi.ResourceClaim, *plugintest.Plugin) {
 	b.Helper()
 	dirs, err := plugintest.NewDirs(b.TempDir())
 	if err != nil {
@@ -79,7 +97,7 @@ func benchPlugin(b *testing.B, gpus int64, count int) ([]*resourceapi.ResourceCl
 	c := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
 	var claims []*resourceapi.ResourceClaim
 	for i := range count {
-		claims = append(claims, c.MustAllocate(b, nodeName, at.Claim(fmt.Sprintf("c%d", i), at.Exactly("gpus", driverName, gpus)))[0])
+		claims = append(claims, c.MustAllocate(b, nodeName, at.Claim(fmt.Sprintf("c%d", i), request(i)))[0])
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)

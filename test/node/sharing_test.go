@@ -12,6 +12,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
@@ -149,5 +150,65 @@ func TestPrepareTimeSlicing(t *testing.T) {
 	}
 	if level := simState(t, dirs).Timeslice(0); level != 0 {
 		t.Errorf("time-slice level after the last share = %d, want restored to 0", level)
+	}
+}
+
+func TestPrepareMPS(t *testing.T) {
+	ctx := context.Background()
+	mpsClaim := func(name string) *resourceapi.ResourceClaim {
+		r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
+		r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
+		}}
+		return at.Claim(name, r)
+	}
+	dirs, _, claims, _ := setupClaims(t, mpsClaim("a"), mpsClaim("b"))
+	control, err := plugintest.BuildMPSControl(dirs.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dirs.Config(machine, nodeName)
+	cfg.MPSControl = control
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["a"], claims["b"])
+	p, err := plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+
+	for _, name := range []string{"a", "b"} {
+		ids, err := p.Kubelet.PrepareOne(ctx, claims[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := inject(t, dirs.CDI, ids)
+		pipe := env(spec, "CUDA_MPS_PIPE_DIRECTORY")
+		if pipe == "" || env(spec, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != "50" || env(spec, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") != "0=20480M" {
+			t.Errorf("%s: MPS env = %v", name, spec.Process.Env)
+		}
+		if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool { return m.Destination == pipe }) {
+			t.Errorf("%s: the MPS pipe directory %s is not mounted: %+v", name, pipe, spec.Mounts)
+		}
+	}
+	dev, _ := simState(t, dirs).DeviceGetHandleByIndex(0)
+	if mode, ret := dev.GetComputeMode(); ret != nvml.SUCCESS || mode != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
+		t.Errorf("compute mode under MPS = %v (%v), want EXCLUSIVE_PROCESS", mode, ret)
+	}
+	daemons, _ := filepath.Glob(filepath.Join(cfg.MPSDir, "*", "*", "nvidia-cuda-mps-control.pid"))
+	if len(daemons) != 1 {
+		t.Errorf("want one MPS control daemon for the GPU, found pid files %v", daemons)
+	}
+
+	for _, name := range []string{"a", "b"} {
+		if err := p.Kubelet.UnprepareOne(ctx, claims[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if daemons, _ := filepath.Glob(filepath.Join(cfg.MPSDir, "*", "*", "nvidia-cuda-mps-control.pid")); len(daemons) != 0 {
+		t.Errorf("MPS daemon still running after the last share: %v", daemons)
+	}
+	dev, _ = simState(t, dirs).DeviceGetHandleByIndex(0)
+	if mode, _ := dev.GetComputeMode(); mode != nvml.COMPUTEMODE_DEFAULT {
+		t.Errorf("compute mode after the last MPS share = %v, want DEFAULT restored", mode)
 	}
 }
