@@ -74,11 +74,13 @@ start() {
 # wait_for NAME WHAT CMD...: polls CMD until it succeeds; fails early when the
 # process NAME died, showing the end of its log.
 wait_for() {
-	local name=$1 what=$2 t0
+	local name=$1 what=$2 t0 pid
 	shift 2
 	t0=$(date +%s)
+	pid=$(cat "$GDD_PIDS/$name.pid")
 	until "$@" >/dev/null 2>&1; do
-		if ! gdd_pid "$name" >/dev/null; then
+		# Not gdd_pid: right after start the PID may still be setsid or env.
+		if [[ ! -e /proc/$pid || $(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null) == Z ]]; then
 			tail -n 30 "$GDD_LOGS/$name.log" >&2 || true
 			gdd_die "$name exited while waiting for $what; log: $GDD_LOGS/$name.log"
 		fi
@@ -97,10 +99,12 @@ port_free() {
 
 # feature_gates_yaml prints GDD_FEATURE_GATES as the body of a YAML map.
 feature_gates_yaml() {
-	local kv
+	local kv kvs
 	IFS=, read -r -a kvs <<<"$GDD_FEATURE_GATES"
 	for kv in "${kvs[@]}"; do
-		[[ -n $kv ]] && printf '  %s: %s\n' "${kv%%=*}" "${kv#*=}"
+		if [[ -n $kv ]]; then
+			printf '  %s: %s\n' "${kv%%=*}" "${kv#*=}"
+		fi
 	done
 }
 
@@ -343,6 +347,11 @@ node_ready() {
 		-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
+on_exit() {
+	local rc=$?
+	((rc == 0)) || gdd_log "up.sh failed; processes it started keep running: hack/cluster/down.sh --state-dir $GDD_STATE_DIR cleans up"
+}
+
 main() {
 	local t0
 	t0=$(date +%s)
@@ -355,6 +364,7 @@ main() {
 		[[ -x $GDD_BIN/$b ]] || gdd_die "$GDD_BIN/$b missing; run hack/cluster/build.sh"
 	done
 	check_previous
+	trap on_exit EXIT
 
 	gdd_start_time=$(date +%s)
 	mkdir -p "$GDD_STATE_DIR" "$GDD_LOGS" "$GDD_PIDS"
