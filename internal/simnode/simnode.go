@@ -53,6 +53,21 @@ func New(t testing.TB, machine, name string, opts ...nvmlsim.Option) *Node {
 	}
 }
 
+// Rediscover runs discovery again, after a test changed the machine.
+func Rediscover(t testing.TB, n *Node) *Node {
+	t.Helper()
+	sysfs, err := sharedSysfs(n.Machine, n.Machine.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := discovery.Discover(context.Background(), n.Machine, discovery.Options{SysfsRoot: sysfs})
+	if err != nil {
+		t.Fatalf("discover: %v", err)
+	}
+	return &Node{Name: n.Name, Machine: n.Machine, GPUs: gpus,
+		Resources: devicemodel.Build(gpus, devicemodel.Options{NodeName: n.Name})}
+}
+
 // A machine's sysfs tree depends only on the machine, and creating its
 // thousand-odd files costs most of a second on ext4, so a test process
 // writes each tree once; Main removes them.

@@ -17,6 +17,7 @@ import (
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -210,5 +211,47 @@ func TestPrepareMPS(t *testing.T) {
 	dev, _ = simState(t, dirs).DeviceGetHandleByIndex(0)
 	if mode, _ := dev.GetComputeMode(); mode != nvml.COMPUTEMODE_DEFAULT {
 		t.Errorf("compute mode after the last MPS share = %v, want DEFAULT restored", mode)
+	}
+}
+
+// A MIG device created out of band is handed out as is and never destroyed.
+func TestStaticMIGIsNeverDestroyed(t *testing.T) {
+	ctx := context.Background()
+	dirs, err := plugintest.NewDirs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The admin partitions GPU 2 before the plugin starts (mig-parted).
+	pre := simState(t, dirs)
+	dev, _ := pre.DeviceGetHandleByIndex(2)
+	inst, err := mig.Create(ctx, dev, 9, mig.Placement{Start: 0, Size: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("gpu-2-mig-gi%d-ci%d", inst.GIID, inst.CIID)
+	claim := at.Claim("static", at.Exactly("mig", "mig."+driverName, 1))
+	claim.UID = "static-uid"
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mig", Driver: driverName, Pool: nodeName, Device: name}},
+	}}
+	cfg := dirs.Config(machine, nodeName)
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claim)
+	p, err := plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	ids, err := p.Kubelet.PrepareOne(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env(inject(t, dirs.CDI, ids), "NVIDIA_VISIBLE_DEVICES"); got != inst.UUID {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want the static instance %s", got, inst.UUID)
+	}
+	if err := p.Kubelet.UnprepareOne(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if left := simState(t, dirs).GpuInstances(2); len(left) != 1 {
+		t.Errorf("static MIG instance destroyed: %+v", left)
 	}
 }
