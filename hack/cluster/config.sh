@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this
 # Settings of a local cluster run, shared by up.sh, down.sh and smoke.sh. Sourced.
 # Every setting is an environment variable with a default; up.sh/down.sh flags set
 # the same variables.

@@ -117,8 +117,8 @@ mounts_below() {
 }
 
 unmount_all() {
-	local mp n=0 round
-	for round in 1 2 3; do
+	local mp n=0
+	for _ in 1 2 3; do
 		while IFS= read -r mp; do
 			[[ -n $mp ]] || continue
 			umount "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null || true

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this
 # Shared settings for hack/cluster/*.sh. Sourced, not executed.
 
 GDD_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
