@@ -1,0 +1,103 @@
+package kubectlgpu
+
+import (
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Device types, as published in the type attribute (pkg/devicemodel).
+const (
+	TypeGPU         = "gpu"
+	TypeMIG         = "mig"
+	TypeTimeSlicing = "timeslice"
+	TypeMPS         = "mps"
+)
+
+// Attribute and capacity names the plugin reads. Unqualified names live in
+// the driver's domain; the tests check them against pkg/devicemodel.
+const (
+	attrType                  = "type"
+	attrUUID                  = "uuid"
+	attrMinor                 = "minor"
+	attrProductName           = "productName"
+	attrArchitecture          = "architecture"
+	attrCUDAComputeCapability = "cudaComputeCapability"
+	attrDriverVersion         = "driverVersion"
+	attrCUDADriverVersion     = "cudaDriverVersion"
+	attrMIGCapable            = "migCapable"
+	attrMIGEnabled            = "migEnabled"
+	attrNVLinkDomain          = "nvlinkDomain"
+	attrProfile               = "profile"
+	attrParentUUID            = "parentUUID"
+	attrParentMinor           = "parentMinor"
+	attrPlacementStart        = "placementStart"
+	attrStatic                = "static"
+	attrPCIBusID              = "resource.kubernetes.io/pciBusID"
+	attrPCIeRoot              = "resource.kubernetes.io/pcieRoot"
+	attrNUMANode              = "resource.kubernetes.io/numaNode"
+
+	capMemory  = "memory"
+	capShares  = "shares"
+	capCompute = "compute"
+)
+
+// attributes reads a device's attributes in one driver's domain: an
+// unqualified name is found whether the slice spells it "productName" or
+// "gpu.dra.dev/productName".
+type attributes struct {
+	driver string
+	attrs  map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+}
+
+func (a attributes) get(name string) (resourceapi.DeviceAttribute, bool) {
+	if v, ok := a.attrs[resourceapi.QualifiedName(name)]; ok {
+		return v, true
+	}
+	if strings.Contains(name, "/") {
+		return resourceapi.DeviceAttribute{}, false
+	}
+	v, ok := a.attrs[resourceapi.QualifiedName(a.driver+"/"+name)]
+	return v, ok
+}
+
+// str returns a string or version attribute, "" when absent.
+func (a attributes) str(name string) string {
+	v, ok := a.get(name)
+	switch {
+	case !ok:
+		return ""
+	case v.StringValue != nil:
+		return *v.StringValue
+	case v.VersionValue != nil:
+		return *v.VersionValue
+	}
+	return ""
+}
+
+func (a attributes) int(name string) (int64, bool) {
+	v, ok := a.get(name)
+	if !ok || v.IntValue == nil {
+		return 0, false
+	}
+	return *v.IntValue, true
+}
+
+func (a attributes) bool(name string) bool {
+	v, ok := a.get(name)
+	return ok && v.BoolValue != nil && *v.BoolValue
+}
+
+// unqualify keys quantities by name, without the driver's domain:
+// "gpu.dra.dev/memory" and "memory" are both "memory".
+func unqualify[V any](driver string, m map[resourceapi.QualifiedName]V, value func(V) resource.Quantity) map[string]resource.Quantity {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]resource.Quantity, len(m))
+	for k, v := range m {
+		out[strings.TrimPrefix(string(k), driver+"/")] = value(v)
+	}
+	return out
+}

@@ -1,0 +1,229 @@
+package kubectlgpu
+
+import (
+	"cmp"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// GPU states in Usage.State.
+const (
+	StateFree  = "free"
+	StateWhole = "whole"
+	// StateMIG, StateTimeSlicing and StateMPS are TypeMIG, TypeTimeSlicing
+	// and TypeMPS; StateMixed is more than one of them at once, which only
+	// stale allocations can cause.
+	StateMIG         = TypeMIG
+	StateTimeSlicing = TypeTimeSlicing
+	StateMPS         = TypeMPS
+	StateMixed       = "mixed"
+)
+
+// Usage is how a GPU is used now, from the claims' allocation results.
+type Usage struct {
+	// State is free, whole, mig, timeslice, mps or mixed.
+	State string `json:"state"`
+	// Whole says the whole GPU is allocated.
+	Whole bool `json:"whole,omitempty"`
+	// MIG counts the allocated MIG devices by profile.
+	MIG []ProfileCount `json:"mig,omitempty"`
+	// Shares are the GPU's share devices that have allocations.
+	Shares []ShareUsage `json:"shares,omitempty"`
+	// Claims hold the GPU or its devices, as namespace/name; an
+	// admin-access claim is listed but uses nothing.
+	Claims []string `json:"claims,omitempty"`
+}
+
+// ProfileCount is a number of MIG devices of one profile.
+type ProfileCount struct {
+	Profile string `json:"profile"`
+	Count   int    `json:"count"`
+}
+
+// ShareUsage is what the shares of a time-slicing or MPS device consume.
+type ShareUsage struct {
+	Type   string `json:"type"`
+	Device string `json:"device"`
+	// Used and Allowed count shares (capacity "shares").
+	Used    int64 `json:"used"`
+	Allowed int64 `json:"allowed"`
+	// ComputePercent and Memory are the capacity the shares consume.
+	ComputePercent int64             `json:"computePercent"`
+	Memory         resource.Quantity `json:"memory"`
+	// MemoryCapacity is the share device's memory.
+	MemoryCapacity resource.Quantity `json:"memoryCapacity"`
+}
+
+// Usage says how the GPU is used now.
+func (g *GPU) Usage() Usage {
+	u := Usage{State: StateFree}
+	states := map[string]bool{}
+	migCounts := map[string]int{}
+	var profiles []string
+	for _, d := range g.Devices {
+		var share *ShareUsage
+		for _, h := range d.Holdings {
+			if key := h.Claim.Key(); !slices.Contains(u.Claims, key) {
+				u.Claims = append(u.Claims, key)
+			}
+			if h.AdminAccess {
+				continue
+			}
+			switch d.Type {
+			case TypeGPU:
+				states[StateWhole] = true
+				u.Whole = true
+			case TypeMIG:
+				states[StateMIG] = true
+				if migCounts[d.Profile] == 0 {
+					profiles = append(profiles, d.Profile)
+				}
+				migCounts[d.Profile]++
+			case TypeTimeSlicing, TypeMPS:
+				states[d.Type] = true
+				if share == nil {
+					share = newShareUsage(d)
+				}
+				share.add(h)
+			}
+		}
+		if share != nil {
+			u.Shares = append(u.Shares, *share)
+		}
+	}
+	for _, p := range profiles {
+		u.MIG = append(u.MIG, ProfileCount{Profile: p, Count: migCounts[p]})
+	}
+	switch len(states) {
+	case 0:
+	case 1:
+		for s := range states {
+			u.State = s
+		}
+	default:
+		u.State = StateMixed
+	}
+	return u
+}
+
+func newShareUsage(d *Device) *ShareUsage {
+	s := &ShareUsage{Type: d.Type, Device: d.Name, Memory: *resource.NewQuantity(0, resource.BinarySI)}
+	if q, ok := d.Capacity[capShares]; ok {
+		s.Allowed = q.Value()
+	}
+	s.MemoryCapacity = d.Capacity[capMemory]
+	return s
+}
+
+func (s *ShareUsage) add(h *Holding) {
+	if q, ok := h.Consumed[capShares]; ok {
+		s.Used += q.Value()
+	} else {
+		s.Used++
+	}
+	if q, ok := h.Consumed[capCompute]; ok {
+		s.ComputePercent += q.Value()
+	}
+	if q, ok := h.Consumed[capMemory]; ok {
+		s.Memory.Add(q)
+	}
+}
+
+// FreeMIG are the MIG placements of one profile that are free now.
+type FreeMIG struct {
+	Profile string `json:"profile"`
+	// Placements are the free placements' first memory slices, ascending.
+	Placements []int64 `json:"placements"`
+	// Devices name the free devices, in the same order.
+	Devices []string `json:"devices"`
+}
+
+// FreeMIG lists, per profile in publication order, the MIG devices that can
+// still be allocated: what they consume of the GPU's counter set (its
+// memory slices, compute slices and engines) is not taken by allocated
+// devices. A whole GPU or a share takes every counter, so it leaves none.
+// Static MIG devices use no counters; they are free when unallocated.
+func (g *GPU) FreeMIG() []FreeMIG {
+	remaining := make(map[string]int64, len(g.Counters))
+	for k, v := range g.Counters {
+		remaining[k] = v
+	}
+	held := false
+	for _, d := range g.Devices {
+		if !d.inUse() {
+			continue
+		}
+		held = true
+		for k, v := range d.consumes {
+			remaining[k] -= v
+		}
+	}
+	fits := func(d *Device) bool {
+		if d.inUse() {
+			return false
+		}
+		if d.consumes == nil {
+			return true
+		}
+		if g.Counters == nil {
+			return !held
+		}
+		for k, v := range d.consumes {
+			if remaining[k] < v {
+				return false
+			}
+		}
+		return true
+	}
+	var out []FreeMIG
+	byProfile := map[string]int{}
+	for _, d := range g.Devices {
+		if d.Type != TypeMIG {
+			continue
+		}
+		i, ok := byProfile[d.Profile]
+		if !ok {
+			i = len(out)
+			byProfile[d.Profile] = i
+			out = append(out, FreeMIG{Profile: d.Profile})
+		}
+		if fits(d) {
+			out[i].Placements = append(out[i].Placements, d.PlacementStart)
+			out[i].Devices = append(out[i].Devices, d.Name)
+		}
+	}
+	for i := range out {
+		sortPlacements(&out[i])
+	}
+	return slices.DeleteFunc(out, func(f FreeMIG) bool { return len(f.Placements) == 0 })
+}
+
+func sortPlacements(f *FreeMIG) {
+	idx := make([]int, len(f.Placements))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(f.Placements[a], f.Placements[b]) })
+	p, d := make([]int64, len(idx)), make([]string, len(idx))
+	for i, j := range idx {
+		p[i], d[i] = f.Placements[j], f.Devices[j]
+	}
+	f.Placements, f.Devices = p, d
+}
+
+// inUse says whether a claim without admin access holds the device.
+func (d *Device) inUse() bool {
+	return slices.ContainsFunc(d.Holdings, func(h *Holding) bool { return !h.AdminAccess })
+}
+
+// MIGProfiles are the GPU's MIG profiles in publication order.
+func (g *GPU) MIGProfiles() []string {
+	var out []string
+	for _, d := range g.Devices {
+		if d.Type == TypeMIG && !slices.Contains(out, d.Profile) {
+			out = append(out, d.Profile)
+		}
+	}
+	return out
+}
