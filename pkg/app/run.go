@@ -162,16 +162,7 @@ func ownedMIG(ctx context.Context, checkpointPath string) func(string, uint32) b
 		klog.FromContext(ctx).V(2).Info("No readable checkpoint; treating all MIG instances as static", "err", err)
 		return nil
 	}
-	return func(parent string, gi uint32) bool {
-		for _, c := range cp.All() {
-			for _, pd := range c.Devices {
-				if pd.MIG != nil && pd.MIG.CreatedByDriver && pd.MIG.ParentUUID == parent && pd.MIG.GIID == gi {
-					return true
-				}
-			}
-		}
-		return false
-	}
+	return cp.OwnsMIG
 }
 
 func kubeClient(cfg *Config) (kubernetes.Interface, error) {

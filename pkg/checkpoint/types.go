@@ -169,3 +169,16 @@ func (c *Checkpoint) All() iter.Seq2[types.UID, *PreparedClaim] {
 		}
 	}
 }
+
+// OwnsMIG reports whether a recorded claim holds a MIG GPU instance the
+// driver created on the given GPU.
+func (c *Checkpoint) OwnsMIG(parentUUID string, giID uint32) bool {
+	for _, claim := range c.Claims {
+		for _, pd := range claim.Devices {
+			if pd.MIG != nil && pd.MIG.CreatedByDriver && pd.MIG.ParentUUID == parentUUID && pd.MIG.GIID == giID {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -104,14 +104,7 @@ func (d *Driver) SetDevices(ctx context.Context, devices []devicemodel.Published
 func (d *Driver) OwnsMIG(parentUUID string, giID uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, c := range d.cp.All() {
-		for _, pd := range c.Devices {
-			if pd.MIG != nil && pd.MIG.CreatedByDriver && pd.MIG.ParentUUID == parentUUID && pd.MIG.GIID == giID {
-				return true
-			}
-		}
-	}
-	return false
+	return d.cp.OwnsMIG(parentUUID, giID)
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
