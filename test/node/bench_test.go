@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -10,7 +11,12 @@ import (
 
 	"github.com/go-logr/logr"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
@@ -21,11 +27,14 @@ import (
 
 // BenchmarkNodePrepareResources measures NodePrepareResources over the
 // plugin's gRPC socket, as the kubelet calls it, for claims of 1 and 8 GPUs,
-// one at a time and 8 claims at once. The claim GET goes to a fake clientset
-// here; docs/performance.md also has the figures against a real API server.
-// Each iteration prepares and then unprepares (untimed) so the next can
-// prepare again. Reports p50/p99 per call.
+// one at a time and 8 claims at once, and for dynamic MIG devices. The
+// kubelet helper GETs each claim through the plugin's client: from a fake
+// clientset by default, from a real kube-apiserver when BENCH_KUBECONFIG
+// names one (hack/cluster/up.sh prints it), which shows API-client
+// throttling too. Each iteration prepares and then unprepares (untimed) so
+// the next can prepare again. Reports p50/p99 per call.
 func BenchmarkNodePrepareResources(b *testing.B) {
+	kubeconfig := os.Getenv("BENCH_KUBECONFIG")
 	for _, tc := range []struct {
 		name       string
 		request    func(i int) resourceapi.DeviceRequest
@@ -45,7 +54,7 @@ func BenchmarkNodePrepareResources(b *testing.B) {
 		}, 8},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			claims, p := benchPlugin(b, tc.request, tc.concurrent)
+			claims, p := benchPlugin(b, tc.request, tc.concurrent, kubeconfig)
 			defer func() { _ = p.Stop() }()
 			ctx := context.Background()
 			var latencies []time.Duration
@@ -87,7 +96,7 @@ func gpus(n int64) func(int) resourceapi.DeviceRequest {
 	return func(int) resourceapi.DeviceRequest { return at.Exactly("gpus", driverName, n) }
 }
 
-func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, count int) ([]*resourceapi.ResourceClaim, *plugintest.Plugin) {
+func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, count int, kubeconfig string) ([]*resourceapi.ResourceClaim, *plugintest.Plugin) {
 	b.Helper()
 	dirs, err := plugintest.NewDirs(b.TempDir())
 	if err != nil {
@@ -100,13 +109,57 @@ func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, coun
 		claims = append(claims, c.MustAllocate(b, nodeName, at.Claim(fmt.Sprintf("c%d", i), request(i)))[0])
 	}
 	cfg := dirs.Config(machine, nodeName)
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)
+	if kubeconfig == "" {
+		cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)
+	} else {
+		cfg.Kubeconfig = kubeconfig
+		cfg.KubeAPIQPS, cfg.KubeAPIBurst = 50, 100 // the plugin's defaults
+		claims = storeClaims(b, kubeconfig, claims)
+	}
 	// Logs would interleave with the benchmark's result lines.
 	p, err := plugintest.Start(klog.NewContext(context.Background(), logr.Discard()), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return claims, p
+}
+
+// storeClaims creates the claims, allocated, in a fresh namespace of a real
+// API server, with the bench node they are allocated on; all removed after.
+func storeClaims(b *testing.B, kubeconfig string, claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+	b.Helper()
+	ctx := context.Background()
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(restConfig)
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-prepare-"}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}) })
+	if _, err := client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}) })
+	var out []*resourceapi.ResourceClaim
+	for _, c := range claims {
+		stored := c.DeepCopy()
+		stored.Namespace, stored.UID, stored.ResourceVersion = ns.Name, "", ""
+		stored.Status = resourceapi.ResourceClaimStatus{}
+		created, err := client.ResourceV1().ResourceClaims(ns.Name).Create(ctx, stored, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		created.Status.Allocation = c.Status.Allocation
+		created, err = client.ResourceV1().ResourceClaims(ns.Name).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, created)
+	}
+	return out
 }
 
 func percentile(sorted []time.Duration, p int) time.Duration {
