@@ -157,7 +157,7 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 	}
 	fmt.Fprintf(w, "\nGPUs:     %s, %d free\nDevices:  %d\n", formatModels(models), free, d.Devices)
 
-	fmt.Fprintln(w, "\nGPUs:")
+	fmt.Fprintln(w, "\nIdentity:")
 	tw := newTable(w)
 	header := []string{"  GPU", "PRODUCT", "UUID", "NUMA", "PCI", "NVLINK DOMAIN", "MEMORY", "MIG"}
 	if wide {
@@ -195,7 +195,7 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 		if len(g.Taints) > 0 {
 			health = formatTaints(g.Taints)
 		}
-		row(tw, "  "+g.Name, formatUsage(g.Usage, false), health, deviceNames(g.Devices, wide))
+		row(tw, "  "+g.Name, formatUsage(g.Usage, false), health, deviceNames(g.Devices))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -227,7 +227,7 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 		return err
 	}
 
-	fmt.Fprintln(w, "\nFree MIG placements (profile: placement starts):")
+	fmt.Fprintln(w, "\nFree MIG placements (profile: first memory slice of each):")
 	tw = newTable(w)
 	row(tw, "  GPU", "FREE")
 	listed := false
@@ -240,13 +240,13 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 		case len(g.FreeMIG) == 0:
 			row(tw, "  "+g.Name, "none")
 		case g.Usage.State == StateFree && len(g.Usage.Claims) == 0 && !wide:
-			row(tw, "  "+g.Name, "all (GPU free)")
+			row(tw, "  "+g.Name, "all (GPU free)"+tainted(g.Taints))
 		default:
 			var parts []string
 			for _, f := range g.FreeMIG {
 				parts = append(parts, f.Profile+": "+formatPlacements(f.Placements))
 			}
-			row(tw, "  "+g.Name, strings.Join(parts, "   "))
+			row(tw, "  "+g.Name, strings.Join(parts, "   ")+tainted(g.Taints))
 		}
 	}
 	if !listed {
@@ -255,13 +255,22 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 	return tw.Flush()
 }
 
+// tainted notes that free placements are tainted: the scheduler allocates
+// them only to claims that tolerate the taints.
+func tainted(taints []Taint) string {
+	if len(taints) == 0 {
+		return ""
+	}
+	return " (tainted: " + formatTaints(taints) + ")"
+}
+
 // deviceNames lists a GPU's devices: whole and share devices by name, MIG
-// devices counted (wide: by name).
-func deviceNames(devices []DeviceInfo, wide bool) string {
+// devices counted (-o json|yaml lists them all).
+func deviceNames(devices []DeviceInfo) string {
 	var names []string
 	mig := 0
 	for _, d := range devices {
-		if d.Type == TypeMIG && !wide {
+		if d.Type == TypeMIG {
 			mig++
 			continue
 		}
