@@ -131,34 +131,40 @@ func TestConfigInEffect(t *testing.T) {
 			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 				Driver: driverName, Parameters: rawJSON(params)}}}
 	}
+	fromClass := func(params string) resourceapi.DeviceAllocationConfiguration {
+		return opaque(resourceapi.AllocationConfigSourceClass, params)
+	}
+	fromClaim := func(params string, requests ...string) resourceapi.DeviceAllocationConfiguration {
+		return opaque(resourceapi.AllocationConfigSourceClaim, params, requests...)
+	}
+	type configs = []resourceapi.DeviceAllocationConfiguration
 	short := gpuCfg(`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Short"}}`)
 	long := gpuCfg(`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}`)
+	exclusive := gpuCfg(`{"strategy":"Exclusive"}`)
+	mps := gpuCfg(`{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":30,"defaultPinnedDeviceMemoryLimit":"10Gi","clientPriority":"BelowNormal"}}`)
 	tests := map[string]struct {
 		device  string // allocated device on node-a
 		request string
-		configs []resourceapi.DeviceAllocationConfiguration
+		configs configs
 		want    string
 	}{
 		"no config on a share":  {"gpu-0-ts", "r", nil, "TimeSlicing (default)"},
 		"no config on a whole":  {"gpu-0", "r", nil, "Exclusive (default)"},
 		"no config on MIG":      {"gpu-0-mig-1g10gb-6", "r", nil, "Exclusive (default)"},
-		"class config":          {"gpu-0-ts", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClass, short)}, "TimeSlicing, interval Short (class)"},
-		"claim wins over class": {"gpu-0-ts", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, long), opaque(resourceapi.AllocationConfigSourceClass, short)}, "TimeSlicing, interval Long (claim)"},
-		"last claim config wins": {"gpu-0-ts", "r", []resourceapi.DeviceAllocationConfiguration{
-			opaque(resourceapi.AllocationConfigSourceClaim, long), opaque(resourceapi.AllocationConfigSourceClaim, short)}, "TimeSlicing, interval Short (claim)"},
-		"config for another request": {"gpu-0-ts", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, long, "other")}, "TimeSlicing (default)"},
-		"config for the parent of a subrequest": {"gpu-0-ts", "r/ts", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, long, "r")}, "TimeSlicing, interval Long (claim)"},
-		"exclusive config leaves the share's strategy": {"gpu-0-mps", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, gpuCfg(`{"strategy":"Exclusive"}`))}, "MPS, limits from capacity (claim)"},
-		"MPS settings": {"gpu-0-mps", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim,
-			gpuCfg(`{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":30,"defaultPinnedDeviceMemoryLimit":"10Gi","clientPriority":"BelowNormal"}}`))},
-			"MPS, threads 30%, pinned memory 10Gi, priority BelowNormal (claim)"},
-		"strategy of the other share": {"gpu-0-ts", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, gpuCfg(`{"strategy":"MPS"}`))},
+		"class config":          {"gpu-0-ts", "r", configs{fromClass(short)}, "TimeSlicing, interval Short (class)"},
+		"claim wins over class": {"gpu-0-ts", "r", configs{fromClaim(long), fromClass(short)}, "TimeSlicing, interval Long (claim)"},
+		"last one wins":         {"gpu-0-ts", "r", configs{fromClaim(long), fromClaim(short)}, "TimeSlicing, interval Short (claim)"},
+		"another request":       {"gpu-0-ts", "r", configs{fromClaim(long, "other")}, "TimeSlicing (default)"},
+		"parent of subrequest":  {"gpu-0-ts", "r/ts", configs{fromClaim(long, "r")}, "TimeSlicing, interval Long (claim)"},
+		"Exclusive on a share":  {"gpu-0-mps", "r", configs{fromClaim(exclusive)}, "MPS, limits from capacity (claim)"},
+		"MPS settings":          {"gpu-0-mps", "r", configs{fromClaim(mps)}, "MPS, threads 30%, pinned memory 10Gi, priority BelowNormal (claim)"},
+		"other share's strategy": {"gpu-0-ts", "r", configs{fromClaim(gpuCfg(`{"strategy":"MPS"}`))},
 			"invalid (claim): sharing strategy MPS does not apply to a timeslice share"},
-		"sharing a whole GPU": {"gpu-0", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, long)},
+		"sharing a whole GPU": {"gpu-0", "r", configs{fromClaim(long)},
 			"invalid (claim): a whole GPU is allocated exclusively: sharing strategy TimeSlicing is not supported for it"},
-		"GpuConfig on MIG": {"gpu-0-mig-1g10gb-6", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, gpuCfg(`{"strategy":"Exclusive"}`))},
+		"GpuConfig on MIG": {"gpu-0-mig-1g10gb-6", "r", configs{fromClaim(exclusive)},
 			"invalid (claim): a GpuConfig does not apply to a MIG device, use MigDeviceConfig"},
-		"undecodable": {"gpu-0", "r", []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.dra.dev/v1beta1","kind":"Nope"}`)},
+		"undecodable": {"gpu-0", "r", configs{fromClaim(`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"Nope"}`)},
 			`invalid (claim): decode config: kind: Unsupported value: "Nope": supported values: "GpuConfig", "MigDeviceConfig"`},
 	}
 	f := newFixture(t, "node-a=dgxh100")
