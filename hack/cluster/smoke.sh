@@ -49,9 +49,12 @@ t_up=$(($(date +%s) - t0))
 source "$GDD_STATE_DIR/env"
 
 gdd_log "API check: Workload/PodGroup (scheduling.k8s.io/v1beta1) and DRA (resource.k8s.io/v1)"
+# Output is captured first: with pipefail, `cmd | grep -q` fails when grep exits
+# early and cmd gets SIGPIPE.
+resources=$(kubectl api-resources -o name)
 for r in workloads.scheduling.k8s.io podgroups.scheduling.k8s.io resourceclaims.resource.k8s.io \
 	resourceslices.resource.k8s.io deviceclasses.resource.k8s.io; do
-	kubectl api-resources -o name | grep -qx "$r" || gdd_die "API resource $r is not served"
+	grep -qx "$r" <<<"$resources" || gdd_die "API resource $r is not served"
 done
 
 t1=$(date +%s)
@@ -110,8 +113,9 @@ spec:
     hostPath: {path: $GDD_BIN, type: Directory}
 EOF
 kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/smoke-api --timeout=60s
-kubectl logs smoke-api | grep -q "\"gitVersion\": \"$GDD_K8S_VERSION\"" ||
-	gdd_die "in-cluster API check failed: $(kubectl logs smoke-api 2>&1 | tail -n 3)"
+version=$(kubectl logs smoke-api)
+grep -q "\"gitVersion\": \"$GDD_K8S_VERSION\"" <<<"$version" ||
+	gdd_die "in-cluster API check failed: $version"
 gdd_log "in-cluster API reachable from the pod network via https://$GDD_SERVICE_IP:443"
 
 # Gang scheduling (GenericWorkload): a PodGroup with minCount 2 keeps its first pod

@@ -94,7 +94,7 @@ wait_for() {
 }
 
 port_free() {
-	! ss -Hltn "sport = :$1" | grep -q .
+	[[ -z $(ss -Hltn "sport = :$1") ]]
 }
 
 # feature_gates_yaml prints GDD_FEATURE_GATES as the body of a YAML map.
