@@ -7,8 +7,10 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GO ?= go
 BIN := bin
 FUZZTIME ?= 30s
+IMAGE_REF ?= gdd.local/gpu-dra-driver:dev
+IMAGE_TAR ?= $(BIN)/gpu-dra-driver-image.tar
 
-.PHONY: help build test unit fuzz vet bench print-slices clean
+.PHONY: help build test unit fuzz vet bench print-slices clean image
 
 help: ## Show targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +35,9 @@ bench: build ## Benchmarks, printed as a table (figures go to docs/performance.m
 
 print-slices: build ## Print the ResourceSlices of a simulated machine: make print-slices MACHINE=dgxh100
 	./$(BIN)/dra-kubelet-plugin --simulate=$(or $(MACHINE),dgxh100) --node-name=$(or $(NODE),node-1) --print-slices
+
+image: ## Driver image tar without a registry ($(IMAGE_REF) -> $(IMAGE_TAR)); import with hack/cluster/up.sh --image
+	IMAGE_REF=$(IMAGE_REF) ./hack/demo/image.sh $(IMAGE_TAR)
 
 clean:
 	rm -rf $(BIN)

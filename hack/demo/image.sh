@@ -23,9 +23,9 @@ fi
 
 cmds=(./cmd/dra-kubelet-plugin ./cmd/mps-control-sim)
 [[ -d cmd/dra-controller ]] && cmds+=(./cmd/dra-controller)
-go build -trimpath -o bin/ "${cmds[@]}" >&2
-files=(bin/dra-kubelet-plugin bin/mps-control-sim)
-[[ -d cmd/dra-controller ]] && files+=(bin/dra-controller)
+go build -trimpath -ldflags="-s -w" -o bin/ "${cmds[@]}" >&2
+files=(-file bin/dra-kubelet-plugin -file bin/mps-control-sim)
+[[ -d cmd/dra-controller ]] && files+=(-file bin/dra-controller)
 
 # glibc: the loader and the libraries libc-linked Go binaries and the NVIDIA
 # driver libraries (libnvidia-ml, loaded with dlopen from the driver root) need.
