@@ -1,0 +1,68 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "gpu-dra-driver.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name, plus the chart name unless the release name has it. */}}
+{{- define "gpu-dra-driver.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-dra-driver.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-dra-driver.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpu-dra-driver.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gpu-dra-driver.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "gpu-dra-driver.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The kubelet plugin's service account: the one its pods really run as. */}}
+{{- define "gpu-dra-driver.pluginServiceAccount" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (printf "%s-kubelet-plugin" (include "gpu-dra-driver.fullname" .)) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-dra-driver.controllerServiceAccount" -}}
+{{- printf "%s-controller" (include "gpu-dra-driver.fullname" .) }}
+{{- end }}
+
+{{/* The plugin's data directory on the host: socket, checkpoint, MPS pipes, simulation. */}}
+{{- define "gpu-dra-driver.pluginDataDir" -}}
+{{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) .Values.driverName }}
+{{- end }}
+
+{{/*
+gpu-dra-driver.devicePolicy renders a device policy file (docs/device-model.md) from a
+policy value (dict with default and gpus); .Values.mig is the default of default.mig.
+Argument: dict "root" $ "policy" <policy>.
+*/}}
+{{- define "gpu-dra-driver.devicePolicy" -}}
+{{- $root := .root }}
+{{- $default := deepCopy (default (dict) .policy.default) }}
+{{- if $root.Values.mig }}
+{{- if not (has $root.Values.mig (list "dynamic" "off")) }}
+{{- fail (printf "mig: %q must be \"dynamic\" or \"off\"" $root.Values.mig) }}
+{{- end }}
+{{- $default = merge $default (dict "mig" $root.Values.mig) }}
+{{- end }}
+{{- $policy := dict "default" $default }}
+{{- with .policy.gpus }}
+{{- $_ := set $policy "gpus" . }}
+{{- end }}
+{{- toYaml $policy }}
+{{- end }}
