@@ -43,12 +43,40 @@ const (
 	capCompute = "compute"
 )
 
+// domain qualifies names with the driver's domain, each once.
+type domain struct {
+	driver    string
+	qualified map[string]resourceapi.QualifiedName
+}
+
+func newDomain(driver string) *domain {
+	d := &domain{driver: driver, qualified: map[string]resourceapi.QualifiedName{}}
+	for _, name := range []string{attrType, attrUUID, attrMinor, attrProductName, attrArchitecture,
+		attrCUDAComputeCapability, attrDriverVersion, attrCUDADriverVersion, attrMIGCapable, attrMIGEnabled,
+		attrNVLinkDomain, attrProfile, attrParentUUID, attrParentMinor, attrPlacementStart, attrStatic,
+		capMemory, capShares, capCompute} {
+		d.qualified[name] = resourceapi.QualifiedName(driver + "/" + name)
+	}
+	return d
+}
+
+// qualify returns driver/name; names already qualified stay as they are.
+func (d *domain) qualify(name string) resourceapi.QualifiedName {
+	if q, ok := d.qualified[name]; ok {
+		return q
+	}
+	if strings.Contains(name, "/") {
+		return resourceapi.QualifiedName(name)
+	}
+	return resourceapi.QualifiedName(d.driver + "/" + name)
+}
+
 // attributes reads a device's attributes in one driver's domain: an
 // unqualified name is found whether the slice spells it "productName" or
 // "gpu.dra.dev/productName".
 type attributes struct {
-	driver string
-	attrs  map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	*domain
+	attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 }
 
 func (a attributes) get(name string) (resourceapi.DeviceAttribute, bool) {
@@ -58,7 +86,7 @@ func (a attributes) get(name string) (resourceapi.DeviceAttribute, bool) {
 	if strings.Contains(name, "/") {
 		return resourceapi.DeviceAttribute{}, false
 	}
-	v, ok := a.attrs[resourceapi.QualifiedName(a.driver+"/"+name)]
+	v, ok := a.attrs[a.qualify(name)]
 	return v, ok
 }
 
@@ -89,15 +117,15 @@ func (a attributes) bool(name string) bool {
 	return ok && v.BoolValue != nil && *v.BoolValue
 }
 
-// unqualify keys quantities by name, without the driver's domain:
+// unqualify keys quantities by name without the driver's domain:
 // "gpu.dra.dev/memory" and "memory" are both "memory".
-func unqualify[V any](driver string, m map[resourceapi.QualifiedName]V, value func(V) resource.Quantity) map[string]resource.Quantity {
+func unqualify(driver string, m map[resourceapi.QualifiedName]resource.Quantity) map[string]resource.Quantity {
 	if m == nil {
 		return nil
 	}
 	out := make(map[string]resource.Quantity, len(m))
 	for k, v := range m {
-		out[strings.TrimPrefix(string(k), driver+"/")] = value(v)
+		out[strings.TrimPrefix(string(k), driver+"/")] = v
 	}
 	return out
 }

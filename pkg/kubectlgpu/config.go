@@ -47,7 +47,18 @@ func (c Config) String() string {
 	return fmt.Sprintf("%s (%s)", c.Summary, c.Source)
 }
 
-func effectiveConfig(configs []resourceapi.DeviceAllocationConfiguration, driver, request, devType string) Config {
+// configCache describes each distinct config once: claims made from one
+// template or class carry the same parameters, and decoding dominates.
+type configCache map[configKey]Config
+
+type configKey struct {
+	source  resourceapi.AllocationConfigSource
+	devType string
+	raw     string
+}
+
+// effectiveConfig picks the config in effect for one allocation result.
+func (cache configCache) effectiveConfig(configs []resourceapi.DeviceAllocationConfiguration, driver, request, devType string) Config {
 	var chosen *resourceapi.DeviceAllocationConfiguration
 	for _, source := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
 		for i := range configs {
@@ -57,6 +68,19 @@ func effectiveConfig(configs []resourceapi.DeviceAllocationConfiguration, driver
 			}
 		}
 	}
+	key := configKey{devType: devType}
+	if chosen != nil {
+		key.source, key.raw = chosen.Source, string(chosen.Opaque.Parameters.Raw)
+	}
+	if c, ok := cache[key]; ok {
+		return c
+	}
+	c := describeConfig(chosen, devType)
+	cache[key] = c
+	return c
+}
+
+func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType string) Config {
 	if chosen == nil {
 		strategy := deviceStrategy(devType)
 		return Config{Source: ConfigFromDefault, Strategy: strategy, Summary: describeStrategy(strategy, nil, "")}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -62,6 +63,11 @@ func Fetch(ctx context.Context, client kubernetes.Interface, scope Scope) (*Sour
 	if err != nil {
 		return nil, err
 	}
+	// The API server filters by the field selector already; filtering again
+	// keeps the result right for servers and fakes that ignore it.
+	src.Slices = slices.DeleteFunc(src.Slices, func(s resourceapi.ResourceSlice) bool {
+		return s.Spec.Driver != scope.Driver || (scope.Node != "" && sliceNode(&s) != scope.Node)
+	})
 	src.Claims, err = listAll(ctx, refClaims(scope.Namespace),
 		metav1.ListOptions{},
 		client.ResourceV1().ResourceClaims(scope.Namespace).List,
@@ -90,6 +96,9 @@ func Fetch(ctx context.Context, client kubernetes.Interface, scope Scope) (*Sour
 			func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue })
 		if err := src.soften(err, "pods are named from the claims' reservedFor, without their phase"); err != nil {
 			return nil, err
+		}
+		if scope.Node != "" {
+			src.Pods = slices.DeleteFunc(src.Pods, func(p corev1.Pod) bool { return p.Spec.NodeName != scope.Node })
 		}
 	}
 	return src, nil

@@ -24,7 +24,8 @@ type Inventory struct {
 	// request for one of its DeviceClasses; sorted by namespace and name.
 	Claims []*Claim
 
-	nodes map[string]*Node
+	nodes  map[string]*Node
+	domain *domain
 }
 
 // Node is a node whose pool publishes devices of the driver.
@@ -38,7 +39,8 @@ type Node struct {
 	// parentMinor attribute); they are not shown.
 	Unrecognized int
 
-	gpus map[int64]*GPU
+	gpus   map[int64]*GPU
+	domain *domain
 }
 
 // GPU is one physical GPU and every device published for it.
@@ -60,7 +62,7 @@ type GPU struct {
 	// CounterSet names the GPU's shared counters; Counters are their
 	// totals, nil when none are published (a static-MIG GPU).
 	CounterSet string
-	Counters   map[string]int64
+	Counters   map[string]resourceapi.Counter
 
 	// Devices are in publication order.
 	Devices []*Device
@@ -80,15 +82,25 @@ type Device struct {
 	Profile        string
 	PlacementStart int64
 	Static         bool
-	// Capacity is the device's published capacity, by name without the
-	// driver's domain.
-	Capacity map[string]resource.Quantity
-	Taints   []resourceapi.DeviceTaint
+	Taints         []resourceapi.DeviceTaint
 	// Holdings are the allocation results naming the device.
 	Holdings []*Holding
 
-	// consumes is what the device takes from its GPU's counter set.
-	consumes map[string]int64
+	// api is the published device; it is read, never written.
+	api *resourceapi.Device
+	// consumes is what the device takes from its GPU's counter set, nil
+	// when it uses no counters (a static MIG device).
+	consumes map[string]resourceapi.Counter
+}
+
+// Capacity returns one of the device's capacities by its name in the
+// driver's domain ("memory" also finds "gpu.dra.dev/memory").
+func (d *Device) Capacity(name string) (resource.Quantity, bool) {
+	if c, ok := d.api.Capacity[resourceapi.QualifiedName(name)]; ok {
+		return c.Value, true
+	}
+	c, ok := d.api.Capacity[d.GPU.Node.domain.qualify(name)]
+	return c.Value, ok
 }
 
 // Holding is one allocation result of a claim: a device (or a share of one)
@@ -149,9 +161,21 @@ func (inv *Inventory) Node(name string) *Node { return inv.nodes[name] }
 // Build indexes src into an Inventory for driver. Only the newest
 // generation of each pool counts, as for the scheduler.
 func Build(driver string, src *Source) *Inventory {
-	inv := &Inventory{Driver: driver, nodes: map[string]*Node{}}
-	devices := inv.addSlices(src.Slices)
-	inv.addClaims(src, devices)
+	inv := &Inventory{Driver: driver, nodes: map[string]*Node{}, domain: newDomain(driver)}
+	// Only allocated devices need finding by name; indexing just those
+	// keeps the index as small as the claims.
+	allocated := map[deviceKey]*Device{}
+	for i := range src.Claims {
+		if alloc := src.Claims[i].Status.Allocation; alloc != nil {
+			for _, r := range alloc.Devices.Results {
+				if r.Driver == driver {
+					allocated[deviceKey{r.Pool, r.Device}] = nil
+				}
+			}
+		}
+	}
+	inv.addSlices(src.Slices, allocated)
+	inv.addClaims(src, allocated)
 	return inv
 }
 
@@ -159,7 +183,9 @@ type deviceKey struct{ pool, device string }
 
 type counterKey struct{ pool, set string }
 
-func (inv *Inventory) addSlices(all []resourceapi.ResourceSlice) map[deviceKey]*Device {
+// addSlices adds the devices of the current slices, and fills in the
+// allocated ones in index.
+func (inv *Inventory) addSlices(all []resourceapi.ResourceSlice, index map[deviceKey]*Device) {
 	generation := map[string]int64{}
 	for i := range all {
 		s := &all[i]
@@ -170,37 +196,35 @@ func (inv *Inventory) addSlices(all []resourceapi.ResourceSlice) map[deviceKey]*
 	current := func(s *resourceapi.ResourceSlice) bool {
 		return s.Spec.Driver == inv.Driver && s.Spec.Pool.Generation == generation[s.Spec.Pool.Name]
 	}
-	counters := map[counterKey]map[string]int64{}
+	counters := map[counterKey]map[string]resourceapi.Counter{}
 	for i := range all {
 		s := &all[i]
 		if !current(s) {
 			continue
 		}
 		for _, cs := range s.Spec.SharedCounters {
-			m := make(map[string]int64, len(cs.Counters))
-			for name, c := range cs.Counters {
-				m[name] = c.Value.Value()
-			}
-			counters[counterKey{s.Spec.Pool.Name, cs.Name}] = m
+			counters[counterKey{s.Spec.Pool.Name, cs.Name}] = cs.Counters
 		}
 	}
 
-	index := map[deviceKey]*Device{}
 	for i := range all {
 		s := &all[i]
 		if !current(s) {
 			continue
 		}
 		node := inv.node(sliceNode(s))
+		devs := make([]Device, len(s.Spec.Devices)) // one allocation per slice
 		for j := range s.Spec.Devices {
 			d := &s.Spec.Devices[j]
 			node.Devices++
-			dev := inv.addDevice(node, s.Spec.Pool.Name, d, counters)
-			if dev == nil {
+			if !inv.addDevice(&devs[j], node, s.Spec.Pool.Name, d, counters) {
 				node.Unrecognized++
 				continue
 			}
-			index[deviceKey{s.Spec.Pool.Name, d.Name}] = dev
+			key := deviceKey{s.Spec.Pool.Name, d.Name}
+			if _, ok := index[key]; ok {
+				index[key] = &devs[j]
+			}
 		}
 	}
 	for _, n := range inv.Nodes {
@@ -210,7 +234,6 @@ func (inv *Inventory) addSlices(all []resourceapi.ResourceSlice) map[deviceKey]*
 		}
 	}
 	slices.SortFunc(inv.Nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
-	return index
 }
 
 // sliceNode is the node a slice's pool belongs to: the driver publishes one
@@ -225,17 +248,17 @@ func sliceNode(s *resourceapi.ResourceSlice) string {
 func (inv *Inventory) node(name string) *Node {
 	n := inv.nodes[name]
 	if n == nil {
-		n = &Node{Name: name, gpus: map[int64]*GPU{}}
+		n = &Node{Name: name, gpus: map[int64]*GPU{}, domain: inv.domain}
 		inv.nodes[name] = n
 		inv.Nodes = append(inv.Nodes, n)
 	}
 	return n
 }
 
-// addDevice places a published device on its GPU; nil when it is not one
-// of the driver's GPU devices.
-func (inv *Inventory) addDevice(node *Node, pool string, d *resourceapi.Device, counters map[counterKey]map[string]int64) *Device {
-	a := attributes{driver: inv.Driver, attrs: d.Attributes}
+// addDevice fills dev with a published device and places it on its GPU;
+// false when it is not one of the driver's GPU devices.
+func (inv *Inventory) addDevice(dev *Device, node *Node, pool string, d *resourceapi.Device, counters map[counterKey]map[string]resourceapi.Counter) bool {
+	a := attributes{domain: inv.domain, attrs: d.Attributes}
 	typ := a.str(attrType)
 	minorAttr := attrMinor
 	switch typ {
@@ -243,40 +266,36 @@ func (inv *Inventory) addDevice(node *Node, pool string, d *resourceapi.Device, 
 	case TypeMIG:
 		minorAttr = attrParentMinor
 	default:
-		return nil
+		return false
 	}
 	minor, ok := a.int(minorAttr)
 	if !ok {
-		return nil
+		return false
 	}
 	g := node.gpus[minor]
 	if g == nil {
-		g = &GPU{Node: node, Name: fmt.Sprintf("gpu-%d", minor), Minor: minor}
+		g = &GPU{Node: node, Name: fmt.Sprintf("gpu-%d", minor), Minor: minor,
+			Devices: make([]*Device, 0, 32)} // a MIG-capable GPU publishes 28
+
 		node.gpus[minor] = g
 		node.GPUs = append(node.GPUs, g)
 	}
 	g.learn(a, typ)
 
-	dev := &Device{GPU: g, Name: d.Name, Type: typ, Taints: d.Taints,
-		Capacity: unqualify(inv.Driver, d.Capacity, func(c resourceapi.DeviceCapacity) resource.Quantity { return c.Value })}
+	*dev = Device{GPU: g, Name: d.Name, Type: typ, Taints: d.Taints, api: d}
 	if typ == TypeMIG {
 		dev.Profile = a.str(attrProfile)
 		dev.PlacementStart, _ = a.int(attrPlacementStart)
 		dev.Static = a.bool(attrStatic)
 	}
+	// A GPU's devices consume from its own counter set only.
 	for _, c := range d.ConsumesCounters {
 		if g.CounterSet == "" {
 			g.CounterSet = c.CounterSet
 			g.Counters = counters[counterKey{pool, c.CounterSet}]
 		}
-		if c.CounterSet != g.CounterSet {
-			continue
-		}
-		if dev.consumes == nil {
-			dev.consumes = make(map[string]int64, len(c.Counters))
-		}
-		for name, v := range c.Counters {
-			dev.consumes[name] += v.Value.Value()
+		if c.CounterSet == g.CounterSet {
+			dev.consumes = c.Counters
 		}
 	}
 	for _, t := range d.Taints {
@@ -287,10 +306,10 @@ func (inv *Inventory) addDevice(node *Node, pool string, d *resourceapi.Device, 
 		}
 	}
 	if g.Memory.IsZero() && typ != TypeMIG {
-		g.Memory = dev.Capacity[capMemory]
+		g.Memory, _ = dev.Capacity(capMemory)
 	}
 	g.Devices = append(g.Devices, dev)
-	return dev
+	return true
 }
 
 // learn fills in the GPU's identity from a device. Every device of a GPU
@@ -330,6 +349,7 @@ func (g *GPU) learn(a attributes, typ string) {
 func (inv *Inventory) addClaims(src *Source, devices map[deviceKey]*Device) {
 	driverClasses := inv.driverClasses(src.Classes)
 	pods := indexPods(src.Pods)
+	configs := configCache{}
 	for i := range src.Claims {
 		rc := &src.Claims[i]
 		c := &Claim{
@@ -362,7 +382,7 @@ func (inv *Inventory) addClaims(src *Source, devices map[deviceKey]*Device) {
 				h := &Holding{
 					Claim: c, Request: r.Request, Pool: r.Pool, DeviceName: r.Device,
 					Device:      devices[deviceKey{r.Pool, r.Device}],
-					Consumed:    unqualify(inv.Driver, r.ConsumedCapacity, func(q resource.Quantity) resource.Quantity { return q }),
+					Consumed:    unqualify(inv.Driver, r.ConsumedCapacity),
 					AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
 				}
 				if r.ShareID != nil {
@@ -373,7 +393,7 @@ func (inv *Inventory) addClaims(src *Source, devices map[deviceKey]*Device) {
 					devType = h.Device.Type
 					h.Device.Holdings = append(h.Device.Holdings, h)
 				}
-				h.Config = effectiveConfig(alloc.Devices.Config, inv.Driver, r.Request, devType)
+				h.Config = configs.effectiveConfig(alloc.Devices.Config, inv.Driver, r.Request, devType)
 				c.Holdings = append(c.Holdings, h)
 			}
 			ours = len(c.Holdings) > 0

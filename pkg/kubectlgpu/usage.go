@@ -109,10 +109,10 @@ func (g *GPU) Usage() Usage {
 
 func newShareUsage(d *Device) *ShareUsage {
 	s := &ShareUsage{Type: d.Type, Device: d.Name, Memory: *resource.NewQuantity(0, resource.BinarySI)}
-	if q, ok := d.Capacity[capShares]; ok {
+	if q, ok := d.Capacity(capShares); ok {
 		s.Allowed = q.Value()
 	}
-	s.MemoryCapacity = d.Capacity[capMemory]
+	s.MemoryCapacity, _ = d.Capacity(capMemory)
 	return s
 }
 
@@ -147,7 +147,7 @@ type FreeMIG struct {
 func (g *GPU) FreeMIG() []FreeMIG {
 	remaining := make(map[string]int64, len(g.Counters))
 	for k, v := range g.Counters {
-		remaining[k] = v
+		remaining[k] = v.Value.Value()
 	}
 	held := false
 	for _, d := range g.Devices {
@@ -156,7 +156,7 @@ func (g *GPU) FreeMIG() []FreeMIG {
 		}
 		held = true
 		for k, v := range d.consumes {
-			remaining[k] -= v
+			remaining[k] -= v.Value.Value()
 		}
 	}
 	fits := func(d *Device) bool {
@@ -170,7 +170,7 @@ func (g *GPU) FreeMIG() []FreeMIG {
 			return !held
 		}
 		for k, v := range d.consumes {
-			if remaining[k] < v {
+			if remaining[k] < v.Value.Value() {
 				return false
 			}
 		}

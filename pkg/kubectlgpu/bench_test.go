@@ -1,0 +1,112 @@
+package kubectlgpu_test
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
+)
+
+// largeCluster is n copies of the standard cluster's dgxh100 node with its
+// claims and pods, as the plugin would list them: 224 devices in 5 slices
+// and 7 claims per node. The copies share their device lists; Build reads
+// them and does not write.
+func largeCluster(b *testing.B, n int) *kubectlgpu.Source {
+	b.Helper()
+	f := standardCluster(b)
+	src := &kubectlgpu.Source{}
+	var claims []*resourceapi.ResourceClaim
+	var pods []*corev1.Pod
+	for _, o := range f.objects {
+		switch o := o.(type) {
+		case *resourceapi.ResourceClaim:
+			if o.Status.Allocation != nil && o.Status.Allocation.Devices.Results[0].Pool == "node-a" {
+				claims = append(claims, o)
+			}
+		case *corev1.Pod:
+			if o.Spec.NodeName == "node-a" {
+				pods = append(pods, o)
+			}
+		}
+	}
+	for i := range n {
+		node := fmt.Sprintf("node-%04d", i)
+		for _, s := range f.slices {
+			if *s.Spec.NodeName != "node-a" {
+				continue
+			}
+			c := *s
+			c.Name = fmt.Sprintf("%s-%s", node, s.Name)
+			c.Spec.NodeName = &node
+			c.Spec.Pool.Name = node
+			src.Slices = append(src.Slices, c)
+		}
+		for _, claim := range claims {
+			c := claim.DeepCopy()
+			c.Name = fmt.Sprintf("%s-%s", node, claim.Name)
+			c.UID = types.UID(c.Name)
+			for j := range c.Status.Allocation.Devices.Results {
+				c.Status.Allocation.Devices.Results[j].Pool = node
+			}
+			c.Status.ReservedFor[0].Name = c.Name
+			c.Status.ReservedFor[0].UID = types.UID("pod-" + c.Name)
+			src.Claims = append(src.Claims, *c)
+		}
+		for _, pod := range pods {
+			p := pod.DeepCopy()
+			p.Name = fmt.Sprintf("%s-%s", node, pod.Name)
+			p.UID = types.UID("pod-" + p.Name)
+			p.Spec.NodeName = node
+			claim := p.Name
+			p.Spec.ResourceClaims[0].ResourceClaimName = &claim
+			src.Pods = append(src.Pods, *p)
+		}
+	}
+	return src
+}
+
+// BenchmarkInventory1000Nodes is the work of `kubectl gpu nodes` and
+// `kubectl gpu claims -A` after the lists arrive, on 1,000 DGX H100 nodes
+// (224,000 devices, 7,000 claims): building the indexes, then the reports
+// and their tables.
+func BenchmarkInventory1000Nodes(b *testing.B) {
+	src := largeCluster(b, 1000)
+	b.Run("build", func(b *testing.B) {
+		for range b.N {
+			kubectlgpu.Build(driverName, src)
+		}
+	})
+	b.Run("nodes", func(b *testing.B) {
+		for range b.N {
+			inv := kubectlgpu.Build(driverName, src)
+			if err := kubectlgpu.PrintNodes(io.Discard, inv.NodeList(), false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("claims", func(b *testing.B) {
+		for range b.N {
+			inv := kubectlgpu.Build(driverName, src)
+			if err := kubectlgpu.PrintClaims(io.Discard, inv.ClaimList(""), false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("node", func(b *testing.B) {
+		for range b.N {
+			inv := kubectlgpu.Build(driverName, src)
+			d, err := inv.NodeDetail("node-0500")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := kubectlgpu.PrintNode(io.Discard, d, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
