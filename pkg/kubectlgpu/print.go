@@ -78,7 +78,7 @@ func PrintNodes(w io.Writer, list NodeList, wide bool) error {
 		row(tw, append(cells, healthText(health), orDash(strings.Join(inUse, "; ")))...)
 	}
 	t := list.Total
-	cells := []string{fmt.Sprintf("TOTAL (%d nodes)", t.Nodes), formatModels(t.Models), formatBytes(t.Memory),
+	cells := []string{"TOTAL (" + plural(int64(t.Nodes), "node", "nodes") + ")", formatModels(t.Models), formatBytes(t.Memory),
 		fmt.Sprintf("%d/%d", t.MIGCapable, t.GPUs), fmt.Sprint(t.Free)}
 	if wide {
 		cells = append(cells, "", "", "", "")
@@ -89,6 +89,13 @@ func PrintNodes(w io.Writer, list NodeList, wide bool) error {
 	}
 	row(tw, append(cells, health, totalInUse(t))...)
 	return tw.Flush()
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func healthText(tainted []string) string {
@@ -110,12 +117,6 @@ func migCapable(n, of int) string {
 
 func totalInUse(t Total) string {
 	var parts []string
-	plural := func(n int64, one, many string) string {
-		if n == 1 {
-			return fmt.Sprintf("%d %s", n, one)
-		}
-		return fmt.Sprintf("%d %s", n, many)
-	}
 	if t.Whole > 0 {
 		parts = append(parts, fmt.Sprintf("%d whole", t.Whole))
 	}
