@@ -1,0 +1,179 @@
+// Package controller runs the cluster-wide dra-controller of the
+// gpu.dra.dev driver: the validating admission webhook for opaque GPU
+// configs (every replica serves it), and, under leader election, the
+// GFD-compatible node labels and the per-model DeviceClasses. The command
+// in cmd/dra-controller only parses flags into a Config and calls Run.
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
+)
+
+// DefaultDriverName is the DRA driver name.
+const DefaultDriverName = "gpu.dra.dev"
+
+// Config is everything the controller needs to run.
+type Config struct {
+	DriverName string
+	// Namespace holds the leader election Lease and the self-managed TLS
+	// Secret: the controller's own namespace.
+	Namespace string
+
+	Kubeconfig   string
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
+	// HTTPAddress serves /healthz, /readyz and /metrics over plain HTTP.
+	HTTPAddress string
+
+	Webhook WebhookConfig
+
+	// NodeLabels enables the GFD-compatible node labels.
+	NodeLabels bool
+	// ModelDeviceClasses enables one DeviceClass per GPU model.
+	ModelDeviceClasses bool
+	// ModelDeviceClassGracePeriod is how long a model must be gone before
+	// its class is deleted.
+	ModelDeviceClassGracePeriod time.Duration
+	// Workers is the number of node label workers.
+	Workers int
+
+	LeaderElection LeaderElectionConfig
+
+	// KubeClient and RestConfig, when set, replace the clients built from
+	// Kubeconfig (tests, and integration tests against a real API server).
+	KubeClient kubernetes.Interface
+	RestConfig *rest.Config
+	// WebhookListener and HTTPListener, when set, are served instead of
+	// listening on the addresses (tests use port 0).
+	WebhookListener net.Listener
+	HTTPListener    net.Listener
+	// Metrics, when set, replaces the metrics registered with the global
+	// (legacyregistry) registry that /metrics serves.
+	Metrics *metrics.Metrics
+}
+
+// WebhookConfig configures the admission webhook and its TLS.
+type WebhookConfig struct {
+	Enabled bool
+	Address string
+	// CertFile and KeyFile, when set, are served (e.g. a cert-manager
+	// Secret mounted into the pod) and TLS is not self-managed.
+	CertFile, KeyFile string
+	// Self-managed TLS: the Secret holding CA and serving certificate, the
+	// Service the API server calls (its DNS names go into the
+	// certificate), and the ValidatingWebhookConfiguration that gets the
+	// CA bundle ("" leaves the bundle to someone else).
+	SecretName        string
+	ServiceName       string
+	ClusterDomain     string
+	ConfigurationName string
+	CAValidity        time.Duration
+	CertValidity      time.Duration
+}
+
+// SelfManagedTLS reports whether the controller manages its own
+// certificates.
+func (w *WebhookConfig) SelfManagedTLS() bool { return w.CertFile == "" && w.KeyFile == "" }
+
+// LeaderElectionConfig configures the election among replicas for the
+// node label and DeviceClass controllers.
+type LeaderElectionConfig struct {
+	Enabled       bool
+	LeaseName     string
+	Identity      string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// AddFlags registers the controller's flags on fs, with their defaults.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.DriverName, "driver-name", DefaultDriverName, "DRA driver name: opaque configs with this driver are validated, its ResourceSlices labelled.")
+	fs.StringVar(&c.Namespace, "namespace", "", "Namespace of the controller (leader election Lease, self-managed TLS Secret); set it from the downward API (metadata.namespace).")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 20, "API client QPS.")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 50, "API client burst.")
+	fs.StringVar(&c.HTTPAddress, "http-address", ":8080", "Address for /healthz, /readyz and /metrics (plain HTTP).")
+
+	fs.BoolVar(&c.Webhook.Enabled, "webhook", true, "Serve the validating admission webhook (every replica serves it; no leader election needed).")
+	fs.StringVar(&c.Webhook.Address, "webhook-address", ":8443", "HTTPS address of the admission webhook (path /validate).")
+	fs.StringVar(&c.Webhook.CertFile, "tls-cert-file", "", "Serving certificate (PEM), e.g. from cert-manager; with --tls-key-file it turns self-managed TLS off. Reloaded when it changes.")
+	fs.StringVar(&c.Webhook.KeyFile, "tls-key-file", "", "Private key (PEM) of --tls-cert-file.")
+	fs.StringVar(&c.Webhook.SecretName, "tls-secret-name", "gpu-dra-controller-webhook-tls", "Self-managed TLS: Secret in --namespace holding the CA and the serving certificate.")
+	fs.StringVar(&c.Webhook.ServiceName, "webhook-service-name", "gpu-dra-controller", "Self-managed TLS: Service in --namespace through which the API server calls the webhook; its DNS names go into the certificate.")
+	fs.StringVar(&c.Webhook.ClusterDomain, "cluster-domain", "cluster.local", "Self-managed TLS: cluster DNS domain, for the Service's fully qualified name.")
+	fs.StringVar(&c.Webhook.ConfigurationName, "webhook-configuration-name", "gpu-dra-driver-webhook", "Self-managed TLS: ValidatingWebhookConfiguration whose webhooks get the CA bundle; empty leaves it alone.")
+	fs.DurationVar(&c.Webhook.CAValidity, "ca-validity", certs.DefaultCAValidity, "Self-managed TLS: lifetime of the CA; a new one is made after two thirds of it.")
+	fs.DurationVar(&c.Webhook.CertValidity, "cert-validity", certs.DefaultCertValidity, "Self-managed TLS: lifetime of the serving certificate; a new one is made after two thirds of it.")
+
+	fs.BoolVar(&c.NodeLabels, "node-labels", true, "Label nodes with GPU Feature Discovery's labels, derived from the driver's ResourceSlices (leader only).")
+	fs.BoolVar(&c.ModelDeviceClasses, "model-device-classes", false, "Keep one DeviceClass per GPU model in the cluster, e.g. nvidia-h100-80gb-hbm3.<driver-name> (leader only).")
+	fs.DurationVar(&c.ModelDeviceClassGracePeriod, "model-device-class-grace-period", modelclasses.DefaultGracePeriod, "How long a GPU model must be gone from all ResourceSlices before its DeviceClass is deleted.")
+	fs.IntVar(&c.Workers, "workers", 4, "Concurrent node label updates.")
+
+	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", true, "Elect a leader (Lease in --namespace) to run the node label and DeviceClass controllers; turn off only with a single replica.")
+	fs.StringVar(&c.LeaderElection.LeaseName, "leader-elect-lease-name", "gpu-dra-controller", "Name of the leader election Lease.")
+	fs.StringVar(&c.LeaderElection.Identity, "leader-elect-identity", "", "Identity in the Lease; default: host name plus a random suffix.")
+	fs.DurationVar(&c.LeaderElection.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a lease lasts without renewal before others may take it.")
+	fs.DurationVar(&c.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader tries to renew before it gives up leadership (and exits).")
+	fs.DurationVar(&c.LeaderElection.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the lease.")
+}
+
+// Validate reports configuration errors before anything starts.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DriverName == "" {
+		errs = append(errs, errors.New("--driver-name must not be empty"))
+	}
+	leaderWork := c.NodeLabels || c.ModelDeviceClasses
+	if !c.Webhook.Enabled && !leaderWork {
+		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels and --model-device-classes are all off"))
+	}
+	if c.Webhook.Enabled {
+		w := &c.Webhook
+		if (w.CertFile == "") != (w.KeyFile == "") {
+			errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
+		}
+		if w.SelfManagedTLS() {
+			if c.Namespace == "" {
+				errs = append(errs, errors.New("--namespace is required for self-managed TLS (or give --tls-cert-file and --tls-key-file)"))
+			}
+			if w.SecretName == "" || w.ServiceName == "" {
+				errs = append(errs, errors.New("--tls-secret-name and --webhook-service-name are required for self-managed TLS"))
+			}
+			if w.CAValidity <= 0 || w.CertValidity <= 0 || w.CertValidity > w.CAValidity {
+				errs = append(errs, fmt.Errorf("--cert-validity (%v) must be positive and at most --ca-validity (%v)", w.CertValidity, w.CAValidity))
+			}
+		}
+	}
+	if leaderWork && c.LeaderElection.Enabled {
+		l := &c.LeaderElection
+		if c.Namespace == "" {
+			errs = append(errs, errors.New("--namespace is required for leader election"))
+		}
+		if l.LeaseName == "" {
+			errs = append(errs, errors.New("--leader-elect-lease-name must not be empty"))
+		}
+		if !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
+			errs = append(errs, fmt.Errorf("leader election needs lease duration (%v) > renew deadline (%v) > retry period (%v) > 0",
+				l.LeaseDuration, l.RenewDeadline, l.RetryPeriod))
+		}
+	}
+	if c.ModelDeviceClassGracePeriod < 0 {
+		errs = append(errs, errors.New("--model-device-class-grace-period must not be negative"))
+	}
+	return errors.Join(errs...)
+}

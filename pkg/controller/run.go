@@ -1,0 +1,358 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	k8smetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"                // client-go request metrics
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue metrics
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodelabels"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/webhook"
+)
+
+// userAgent identifies the controller's API requests.
+const userAgent = "gpu-dra-controller"
+
+// shutdownTimeout bounds draining the servers on exit.
+const shutdownTimeout = 10 * time.Second
+
+// globalMetrics are registered once with legacyregistry, which /metrics
+// serves together with the process, Go, client-go, workqueue and leader
+// election metrics.
+var globalMetrics = sync.OnceValue(func() *metrics.Metrics {
+	m := metrics.New()
+	m.MustRegister(legacyRegisterer{})
+	return m
+})
+
+type legacyRegisterer struct{}
+
+func (legacyRegisterer) MustRegister(cs ...k8smetrics.Registerable) {
+	legacyregistry.MustRegister(cs...)
+}
+
+// Run runs the controller until ctx is done or a component fails. Losing
+// leadership is a failure: the process exits (and restarts) rather than
+// risk two leaders.
+func Run(ctx context.Context, cfg *Config) error {
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	logger := klog.FromContext(ctx)
+
+	client, err := clients(cfg)
+	if err != nil {
+		return err
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = globalMetrics()
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	goRun := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				cancel(fmt.Errorf("%s: %w", name, err))
+			}
+		}()
+	}
+
+	healthz, readyz := &checks{}, &checks{}
+	healthz.add("ping", func(*http.Request) error { return nil })
+
+	// The webhook: every replica serves it, from the start.
+	var servers []*http.Server
+	if cfg.Webhook.Enabled {
+		source, err := certSource(client, cfg, m)
+		if err != nil {
+			return err
+		}
+		goRun("webhook certificates", source.Run)
+		mux := http.NewServeMux()
+		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m))
+		srv := &http.Server{
+			Handler:           withLogger(mux, logger.WithName("webhook")),
+			TLSConfig:         &tls.Config{GetCertificate: source.GetCertificate, MinVersion: tls.VersionTLS12},
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+		}
+		ln, err := listen(cfg.WebhookListener, cfg.Webhook.Address)
+		if err != nil {
+			return fmt.Errorf("webhook: %w", err)
+		}
+		var serving atomic.Bool
+		readyz.add("webhook-certificate", func(*http.Request) error { return source.Ready() })
+		readyz.add("webhook-server", func(*http.Request) error {
+			if !serving.Load() {
+				return errors.New("not serving")
+			}
+			return nil
+		})
+		servers = append(servers, srv)
+		logger.Info("Serving admission webhook", "address", ln.Addr().String(), "path", webhook.Path,
+			"selfManagedTLS", cfg.Webhook.SelfManagedTLS())
+		goRun("webhook server", func(context.Context) error {
+			serving.Store(true)
+			defer serving.Store(false)
+			if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+
+	// Leader-only controllers.
+	if cfg.NodeLabels || cfg.ModelDeviceClasses {
+		if cfg.LeaderElection.Enabled {
+			le, adaptor, err := leaderElector(client, cfg, func(ctx context.Context) {
+				if err := runControllers(ctx, client, cfg, m); err != nil {
+					cancel(err)
+				}
+			}, func() {
+				if parent.Err() == nil {
+					cancel(errors.New("lost leader election lease; exiting so that a new leader takes over"))
+				}
+			})
+			if err != nil {
+				return err
+			}
+			healthz.add("leader-election", func(r *http.Request) error { return adaptor.Check(r) })
+			goRun("leader election", func(ctx context.Context) error { le.Run(ctx); return nil })
+		} else {
+			goRun("controllers", func(ctx context.Context) error { return runControllers(ctx, client, cfg, m) })
+		}
+	}
+
+	// Health and metrics.
+	if cfg.HTTPAddress != "" || cfg.HTTPListener != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", healthz)
+		mux.Handle("/livez", healthz)
+		mux.Handle("/readyz", readyz)
+		mux.Handle("/metrics", legacyregistry.Handler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		ln, err := listen(cfg.HTTPListener, cfg.HTTPAddress)
+		if err != nil {
+			cancel(nil)
+			return fmt.Errorf("health and metrics: %w", err)
+		}
+		servers = append(servers, srv)
+		logger.Info("Serving health checks and metrics", "address", ln.Addr().String())
+		goRun("health and metrics server", func(context.Context) error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+
+	<-ctx.Done()
+	cause := context.Cause(ctx)
+	if parent.Err() == nil {
+		logger.Error(cause, "Stopping")
+	} else {
+		logger.Info("Stopping", "cause", cause)
+	}
+	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer done()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shutdownCtx)
+	}
+	if parent.Err() != nil {
+		return nil
+	}
+	return cause
+}
+
+func clients(cfg *Config) (kubernetes.Interface, error) {
+	if cfg.KubeClient != nil {
+		return cfg.KubeClient, nil
+	}
+	restConfig := cfg.RestConfig
+	if restConfig == nil {
+		var err error
+		if cfg.Kubeconfig != "" {
+			restConfig, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		} else {
+			restConfig, err = rest.InClusterConfig()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("API client configuration: %w", err)
+		}
+	}
+	restConfig = rest.CopyConfig(restConfig)
+	if cfg.KubeAPIQPS > 0 {
+		restConfig.QPS = cfg.KubeAPIQPS
+	}
+	if cfg.KubeAPIBurst > 0 {
+		restConfig.Burst = cfg.KubeAPIBurst
+	}
+	restConfig.UserAgent = userAgent
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	return client, nil
+}
+
+func certSource(client kubernetes.Interface, cfg *Config, m *metrics.Metrics) (certs.Source, error) {
+	w := &cfg.Webhook
+	if !w.SelfManagedTLS() {
+		return certs.NewFileSource(w.CertFile, w.KeyFile, 0, m), nil
+	}
+	return certs.NewManager(client, certs.Config{
+		Namespace:         cfg.Namespace,
+		SecretName:        w.SecretName,
+		WebhookConfigName: w.ConfigurationName,
+		DNSNames:          certs.ServiceDNSNames(w.ServiceName, cfg.Namespace, w.ClusterDomain),
+		CAValidity:        w.CAValidity,
+		CertValidity:      w.CertValidity,
+		Metrics:           m,
+	})
+}
+
+func listen(ln net.Listener, address string) (net.Listener, error) {
+	if ln != nil {
+		return ln, nil
+	}
+	return net.Listen("tcp", address)
+}
+
+// withLogger puts logger into each request's context.
+func withLogger(h http.Handler, logger klog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(klog.NewContext(r.Context(), logger)))
+	})
+}
+
+func leaderElector(client kubernetes.Interface, cfg *Config, lead func(context.Context), stopped func()) (*leaderelection.LeaderElector, *leaderelection.HealthzAdaptor, error) {
+	l := cfg.LeaderElection
+	id := l.Identity
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, nil, fmt.Errorf("leader election identity: %w", err)
+		}
+		id = host + "_" + string(uuid.NewUUID())
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.Namespace, l.LeaseName,
+		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return nil, nil, fmt.Errorf("leader election lock: %w", err)
+	}
+	// A leader whose renewals are overdue by more than this fails /healthz.
+	adaptor := leaderelection.NewLeaderHealthzAdaptor(l.LeaseDuration)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   l.LeaseDuration,
+		RenewDeadline:   l.RenewDeadline,
+		RetryPeriod:     l.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            l.LeaseName,
+		WatchDog:        adaptor,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: lead,
+			OnStoppedLeading: stopped,
+			OnNewLeader: func(identity string) {
+				klog.Background().WithName("leader-election").Info("New leader", "identity", identity, "self", identity == id)
+			},
+		},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("leader election: %w", err)
+	}
+	return le, adaptor, nil
+}
+
+// runControllers runs the leader-only controllers with their own informers
+// (started only on the leader) until ctx is done.
+func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Config, m *metrics.Metrics) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, cfg.DriverName).String()
+		}))
+	slices := sliceFactory.Resource().V1().ResourceSlices()
+	var run []func(context.Context) error
+	var factories []informers.SharedInformerFactory
+
+	if cfg.NodeLabels {
+		nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(nodelabels.StripNode))
+		c, err := nodelabels.New(client, slices, nodeFactory.Core().V1().Nodes(), nodelabels.Options{DriverName: cfg.DriverName, Metrics: m})
+		if err != nil {
+			return err
+		}
+		factories = append(factories, nodeFactory)
+		run = append(run, func(ctx context.Context) error { return c.Run(ctx, cfg.Workers) })
+	}
+	if cfg.ModelDeviceClasses {
+		classFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.LabelSelector = modelclasses.ModelClassLabel(cfg.DriverName) + "=true"
+			}))
+		c, err := modelclasses.New(client, slices, classFactory.Resource().V1().DeviceClasses(), modelclasses.Options{
+			DriverName: cfg.DriverName, GracePeriod: cfg.ModelDeviceClassGracePeriod, Metrics: m,
+		})
+		if err != nil {
+			return err
+		}
+		factories = append(factories, classFactory)
+		run = append(run, c.Run)
+	}
+	factories = append(factories, sliceFactory)
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses)
+
+	var wg sync.WaitGroup
+	for _, fn := range run {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range factories {
+		f.Shutdown()
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodelabels"
+)
+
+func TestMain(m *testing.M) { os.Exit(simnode.Main(m)) }
+
+// defaults is a Config with the flag defaults.
+func defaults(t *testing.T, args ...string) *Config {
+	t.Helper()
+	var cfg Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return &cfg
+}
+
+func TestValidate(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"defaults need a namespace":    {wantErr: "--namespace is required"},
+		"defaults with namespace":      {args: []string{"--namespace=gpu"}},
+		"cert-manager files":           {args: []string{"--tls-cert-file=c", "--tls-key-file=k", "--leader-elect=false"}},
+		"cert without key":             {args: []string{"--namespace=gpu", "--tls-cert-file=c"}, wantErr: "go together"},
+		"nothing to do":                {args: []string{"--webhook=false", "--node-labels=false"}, wantErr: "nothing to do"},
+		"webhook only, files":          {args: []string{"--node-labels=false", "--tls-cert-file=c", "--tls-key-file=k"}},
+		"bad lease timing":             {args: []string{"--namespace=gpu", "--leader-elect-renew-deadline=20s"}, wantErr: "lease duration"},
+		"cert outlives CA":             {args: []string{"--namespace=gpu", "--cert-validity=30000h"}, wantErr: "--cert-validity"},
+		"empty driver":                 {args: []string{"--namespace=gpu", "--driver-name="}, wantErr: "--driver-name"},
+		"negative grace":               {args: []string{"--namespace=gpu", "--model-device-class-grace-period=-1s"}, wantErr: "grace"},
+		"labels without leader choice": {args: []string{"--webhook=false", "--leader-elect=false"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := defaults(t, tc.args...).Validate()
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func localListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// TestRun runs the whole controller against a fake API server: the
+// webhook over HTTPS with the self-managed CA, health, metrics, and the
+// leader's node labels and DeviceClasses.
+func TestRun(t *testing.T) {
+	const ns = "gpu-dra"
+	client := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-driver-webhook"},
+			Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "claims.gpu.dra.dev"}},
+		},
+	)
+	cfg := defaults(t, "--namespace="+ns, "--model-device-classes", "--leader-elect-identity=test")
+	cfg.KubeClient = client
+	webhookLn, httpLn := localListener(t), localListener(t)
+	cfg.WebhookListener, cfg.HTTPListener = webhookLn, httpLn
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	httpURL := "http://" + httpLn.Addr().String()
+	poll(t, "ready", func() bool { code, _ := get(httpURL + "/readyz"); return code == http.StatusOK })
+	if code, body := get(httpURL + "/healthz?verbose"); code != http.StatusOK || !strings.Contains(body, "[+]leader-election ok") {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+
+	// The webhook, over TLS, trusted through the bundle patched into the
+	// webhook configuration.
+	vwc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "gpu-dra-driver-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle) {
+		t.Fatal("no CA bundle in the webhook configuration")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: "gpu-dra-controller." + ns + ".svc", MinVersion: tls.VersionTLS12,
+	}}}
+	review := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"CREATE",
+		"resource":{"group":"resource.k8s.io","version":"v1","resource":"resourceclaims"},
+		"object":{"spec":{"devices":{"config":[{"opaque":{"driver":"gpu.dra.dev","parameters":%s}}]}}}}}`,
+		`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"GpuConfig","sharing":{"strategy":"Bogus"}}`)
+	resp, err := hc.Post("https://"+webhookLn.Addr().String()+"/validate", "application/json", bytes.NewReader([]byte(review)))
+	if err != nil {
+		t.Fatalf("webhook over TLS: %v", err)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "spec.devices.config[0].opaque.parameters: sharing.strategy: Unsupported value: \"Bogus\"") {
+		t.Fatalf("webhook response %+v", out.Response)
+	}
+	if _, err := client.CoreV1().Secrets(ns).Get(ctx, "gpu-dra-controller-webhook-tls", metav1.GetOptions{}); err != nil {
+		t.Errorf("TLS Secret: %v", err)
+	}
+
+	// The leader labels nodes and creates model classes.
+	for i, s := range simnode.New(t, "l4x4", "node-a").Slices("gpu.dra.dev") {
+		s.Name = fmt.Sprintf("node-a-%d", i)
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, "node labels", func() bool {
+		n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		return err == nil && n.Labels[nodelabels.LabelProduct] == "NVIDIA-L4"
+	})
+	poll(t, "model class", func() bool {
+		_, err := client.ResourceV1().DeviceClasses().Get(ctx, "nvidia-l4.gpu.dra.dev", metav1.GetOptions{})
+		return err == nil
+	})
+	if lease, err := client.CoordinationV1().Leases(ns).Get(ctx, "gpu-dra-controller", metav1.GetOptions{}); err != nil || *lease.Spec.HolderIdentity != "test" {
+		t.Errorf("lease: %v %+v", err, lease)
+	}
+
+	_, body := get(httpURL + "/metrics")
+	for _, m := range []string{
+		`gpu_dra_controller_admission_rejections_total{reason="invalid",resource="resourceclaims"} 1`,
+		`gpu_dra_controller_admission_duration_seconds_count{allowed="false",resource="resourceclaims"} 1`,
+		`gpu_dra_controller_node_labels_written_total{action="set"}`,
+		`gpu_dra_controller_webhook_certificates_generated_total{kind="serving"} 1`,
+		`gpu_dra_controller_model_deviceclass_changes_total{action="create"} 1`,
+		`leader_election_master_status{name="gpu-dra-controller"} 1`,
+	} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := dir+"/tls.crt", dir+"/tls.key"
+	// A certificate as cert-manager would issue it.
+	src, err := certs.NewManager(fake.NewClientset(), certs.Config{Namespace: "x", SecretName: "s", DNSNames: []string{"webhook.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := src.GetCertificate(nil)
+	writePEM(t, certFile, "CERTIFICATE", c.Certificate[0])
+	keyDER, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
+
+	cfg := defaults(t, "--tls-cert-file="+certFile, "--tls-key-file="+keyFile, "--leader-elect=false", "--node-labels=false")
+	cfg.KubeClient = fake.NewClientset()
+	cfg.WebhookListener, cfg.HTTPListener = localListener(t), localListener(t)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	poll(t, "ready", func() bool {
+		code, _ := get("http://" + cfg.HTTPListener.Addr().String() + "/readyz")
+		return code == http.StatusOK
+	})
+	conn, err := tls.Dial("tcp", cfg.WebhookListener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // checking which certificate is served
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := conn.ConnectionState().PeerCertificates[0].DNSNames; len(got) != 1 || got[0] != "webhook.example" {
+		t.Errorf("served certificate for %v", got)
+	}
+	_ = conn.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url) //nolint:gosec,noctx // test against a local server
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 15*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
