@@ -13,6 +13,9 @@ import (
 // formatBytes shows a memory quantity in binary units with one decimal:
 // 81559Mi is "79.6Gi".
 func formatBytes(q resource.Quantity) string {
+	if q.IsZero() {
+		return "-"
+	}
 	b := float64(q.Value())
 	for _, u := range []struct {
 		name string

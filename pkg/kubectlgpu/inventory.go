@@ -287,6 +287,8 @@ func (inv *Inventory) addDevice(dev *Device, node *Node, pool string, d *resourc
 		dev.Profile = a.str(attrProfile)
 		dev.PlacementStart, _ = a.int(attrPlacementStart)
 		dev.Static = a.bool(attrStatic)
+		// Static MIG devices exist only on a GPU in MIG mode.
+		g.MIGEnabled = g.MIGEnabled || dev.Static
 	}
 	// A GPU's devices consume from its own counter set only.
 	for _, c := range d.ConsumesCounters {

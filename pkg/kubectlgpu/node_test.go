@@ -14,7 +14,10 @@ import (
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/golden"
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
 func TestNodeGolden(t *testing.T) {
@@ -178,5 +181,45 @@ func TestFreeMIGPlacementsAfterOne1g(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("free placements (-want +got):\n%s", diff)
+	}
+}
+
+// A GPU partitioned out of band publishes only its static MIG devices:
+// no whole GPU, no counters. They are free until allocated.
+func TestStaticMIG(t *testing.T) {
+	n := simnode.New(t, "dgxa100", "node-s")
+	dev, _ := n.Machine.DeviceGetHandleByIndex(3)
+	inst, err := mig.Create(context.Background(), dev, 9, mig.Placement{Start: 4, Size: 4}) // 3g.20gb
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = simnode.Rediscover(t, n)
+	f := &fixture{t: t, classes: deviceclass.DeviceClasses(driverName)}
+	for i, s := range n.Slices(driverName) {
+		s.Name = fmt.Sprintf("%s%c", s.GenerateName, 'a'+i)
+		f.slices = append(f.slices, s)
+	}
+	name := fmt.Sprintf("gpu-3-mig-gi%d-ci%d", inst.GIID, inst.CIID)
+
+	g := nodeDetail(t, f, "node-s").GPUs[3]
+	if len(g.Devices) != 1 || g.Devices[0].Name != name || !g.Devices[0].Static || g.Devices[0].Profile != "3g.20gb" {
+		t.Fatalf("gpu-3 devices %+v", g.Devices)
+	}
+	if !g.MIGEnabled || !g.MIGCapable || g.UUID != n.GPUs[3].UUID || g.Usage.State != kubectlgpu.StateFree {
+		t.Errorf("gpu-3 %+v", g.GPUStatus)
+	}
+	want := []kubectlgpu.FreeMIG{{Profile: "3g.20gb", Placements: []int64{4}, Devices: []string{name}}}
+	if diff := cmp.Diff(want, g.FreeMIG); diff != "" {
+		t.Errorf("free (-want +got):\n%s", diff)
+	}
+
+	f.run("node-s", "default", at.Claim("static", onGPU(3, "mig")))
+	g = nodeDetail(t, f, "node-s").GPUs[3]
+	if len(g.FreeMIG) != 0 || len(g.Holders) != 1 || g.Holders[0].Device != name || g.Usage.MIG[0].Profile != "3g.20gb" {
+		t.Errorf("allocated: free %v, holders %+v, usage %+v", g.FreeMIG, g.Holders, g.Usage)
+	}
+	out := mustRun(t, f.client(), nodes(), "")
+	if !strings.Contains(out, "gpu-3 mig 3g.20gb") {
+		t.Errorf("nodes:\n%s", out)
 	}
 }
