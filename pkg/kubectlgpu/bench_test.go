@@ -70,10 +70,10 @@ func largeCluster(b *testing.B, n int) *kubectlgpu.Source {
 	return src
 }
 
-// BenchmarkInventory1000Nodes is the work of `kubectl gpu nodes` and
-// `kubectl gpu claims -A` after the lists arrive, on 1,000 DGX H100 nodes
-// (224,000 devices, 7,000 claims): building the indexes, then the reports
-// and their tables.
+// BenchmarkInventory1000Nodes is the work of `kubectl gpu nodes`, `claims
+// -A` and `node NAME` after the lists arrive, on 1,000 DGX H100 nodes
+// (224,000 devices in 5,000 slices, 7,000 claims and pods): building the
+// indexes, then the report and its table.
 func BenchmarkInventory1000Nodes(b *testing.B) {
 	src := largeCluster(b, 1000)
 	b.Run("build", func(b *testing.B) {
@@ -97,9 +97,21 @@ func BenchmarkInventory1000Nodes(b *testing.B) {
 			}
 		}
 	})
+	// `kubectl gpu node` lists one node's slices and pods, and every claim.
+	one := &kubectlgpu.Source{Claims: src.Claims}
+	for _, s := range src.Slices {
+		if *s.Spec.NodeName == "node-0500" {
+			one.Slices = append(one.Slices, s)
+		}
+	}
+	for _, p := range src.Pods {
+		if p.Spec.NodeName == "node-0500" {
+			one.Pods = append(one.Pods, p)
+		}
+	}
 	b.Run("node", func(b *testing.B) {
 		for range b.N {
-			inv := kubectlgpu.Build(driverName, src)
+			inv := kubectlgpu.Build(driverName, one)
 			d, err := inv.NodeDetail("node-0500")
 			if err != nil {
 				b.Fatal(err)
