@@ -106,7 +106,7 @@ func TestScrapeDeviceMetricsWithHolders(t *testing.T) {
 		}}
 	})
 	c := NewCollector(CollectorOptions{NVML: node.Machine, NodeName: "node-1", GPUs: node.GPUs, Holders: holders})
-	h := Handler(NewRegistry(NewDriverMetrics(), c))
+	h := Handler(NewRegistry(NewDriverMetrics("node-1"), c))
 
 	first := scrape(t, h)
 	// Every reading the simulation supports, for every GPU.

@@ -75,53 +75,59 @@ type DriverMetrics struct {
 	kindsShown map[string]bool // kinds AllocatedDevices was ever set for
 }
 
-// NewDriverMetrics creates the driver's metrics, unregistered.
-func NewDriverMetrics() *DriverMetrics {
+// NewDriverMetrics creates the driver's metrics, unregistered. nodeName,
+// if not empty, is added as the constant label node, as the device metrics
+// carry it, so dashboards can filter both by node alike.
+func NewDriverMetrics(nodeName string) *DriverMetrics {
 	latencyBuckets := metrics.ExponentialBuckets(0.001, 2, 16) // 1 ms … 33 s
+	var node map[string]string
+	if nodeName != "" {
+		node = map[string]string{"node": nodeName}
+	}
 	return &DriverMetrics{
 		PrepareDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
 			Namespace: namespace, Subsystem: pluginSubsystem,
 			Name:           "prepare_duration_seconds",
 			Help:           "Time to prepare one ResourceClaim on the node, by device kind and result.",
 			Buckets:        latencyBuckets,
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}, []string{"kind", "result"}),
 		UnprepareDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
 			Namespace: namespace, Subsystem: pluginSubsystem,
 			Name:           "unprepare_duration_seconds",
 			Help:           "Time to unprepare one ResourceClaim on the node, by device kind and result.",
 			Buckets:        latencyBuckets,
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}, []string{"kind", "result"}),
 		Errors: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: namespace, Subsystem: pluginSubsystem,
 			Name:           "errors_total",
 			Help:           "Failures of the kubelet plugin, by operation and reason.",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}, []string{"operation", "reason"}),
 		AllocatedDevices: metrics.NewGaugeVec(&metrics.GaugeOpts{
 			Namespace: namespace, Subsystem: pluginSubsystem,
 			Name:           "allocated_devices",
 			Help:           "Devices of prepared claims on the node, by kind (gpu, mig, timeslice, mps).",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}, []string{"kind"}),
 		MPSDaemons: metrics.NewGauge(&metrics.GaugeOpts{
 			Namespace: namespace, Subsystem: pluginSubsystem,
 			Name:           "mps_daemons",
 			Help:           "MPS control daemons run by the driver (one per GPU with MPS shares).",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}),
 		MIGInstances: metrics.NewGauge(&metrics.GaugeOpts{
 			Namespace: namespace, Subsystem: pluginSubsystem,
 			Name:           "mig_instances",
 			Help:           "MIG instances the driver created and holds for prepared claims.",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}),
 		HealthEvents: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: namespace, Subsystem: "health",
 			Name:           "events_total",
 			Help:           "NVML health events by GPU UUID, event type (xid, dbe, gpu_lost), XID and whether the XID is ignored.",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}, []string{"uuid", "event", "xid", "ignored"}),
 		kindsShown: map[string]bool{},
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 func TestDriverMetrics(t *testing.T) {
-	m := NewDriverMetrics()
+	m := NewDriverMetrics("node-1")
 	h := Handler(NewRegistry(m, nil))
 
 	m.ObservePrepare(checkpoint.DeviceKindMIG, time.Now().Add(-1500*time.Millisecond), nil)
@@ -48,7 +48,7 @@ func TestDriverMetrics(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"gpu_dra_plugin_errors_total", map[string]string{"operation": "prepare", "reason": "mig"}, 1},
+		{"gpu_dra_plugin_errors_total", map[string]string{"node": "node-1", "operation": "prepare", "reason": "mig"}, 1},
 		{"gpu_dra_health_events_total", map[string]string{"uuid": "GPU-1", "event": "xid", "xid": "48", "ignored": "false"}, 1},
 		{"gpu_dra_health_events_total", map[string]string{"xid": "13", "ignored": "true"}, 1},
 		{"gpu_dra_plugin_allocated_devices", map[string]string{"kind": "mig"}, 2},
@@ -73,7 +73,7 @@ func TestDriverMetrics(t *testing.T) {
 }
 
 func TestUnregisteredDriverMetricsAreNoOps(t *testing.T) {
-	m := NewDriverMetrics()
+	m := NewDriverMetrics("node-1")
 	m.ObservePrepare("gpu", time.Now(), nil)
 	m.UpdateFromCheckpoint(nil)
 	m.ObserveHealthEvent(health.Event{Type: health.EventGPULost})
