@@ -112,6 +112,12 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 			}
 		}
 		handle, ret := c.opts.NVML.DeviceGetHandleByUUID(g.UUID)
+		if ret == nvml.SUCCESS {
+			// A handle can outlive the GPU; a query that reaches it tells.
+			if _, r := handle.GetTemperature(nvml.TEMPERATURE_GPU); r == nvml.ERROR_GPU_IS_LOST {
+				ret = r
+			}
+		}
 		ch <- metrics.NewLazyConstMetric(c.up, metrics.GaugeValue, boolValue(ret == nvml.SUCCESS), c.opts.NodeName, g.UUID, gpuName)
 		if ret != nvml.SUCCESS {
 			klog.V(4).InfoS("Cannot read GPU telemetry", "gpu", g.UUID, "err", ret)
