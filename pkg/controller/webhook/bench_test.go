@@ -104,3 +104,28 @@ func benchmarkConcurrent(b *testing.B, body []byte) {
 	b.ReportMetric(pct(0.99), "p99-µs")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "admissions/s")
 }
+
+// BenchmarkHandler is the handler's own cost per admission, without TLS,
+// HTTP or a client: the CPU time a replica spends on one review.
+func BenchmarkHandler(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"valid-claim", reviewJSON(b, admissionv1.Create, claimsGVR,
+			claim(opaque("nic.example.com", otherDriverJunk, "nic"), opaque(driver, validMigMPS, "gpu")), nil)},
+		{"invalid-claim", reviewJSON(b, admissionv1.Create, claimsGVR, claim(opaque(driver, invalidMPS150, "gpu")), nil)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			h := NewHandler(driver, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(c.body)))
+				if rec.Code != http.StatusOK {
+					b.Fatalf("HTTP %d", rec.Code)
+				}
+			}
+		})
+	}
+}
