@@ -1,0 +1,229 @@
+// Command demo runs the scenarios of demo/specs on a cluster where the gpu.dra.dev
+// driver is installed (make demo sets one up): for each scenario it applies the
+// objects, waits until every pod is where it should be, prints per pod the node,
+// claims, allocated devices and what the container sees (GPU environment, device
+// nodes, nvidia-smi -L, MPS pipe directory), checks that the container sees exactly
+// its allocated devices, prints the node's allocation summary and deletes the
+// scenario's namespace. It exits non-zero if any scenario fails.
+//
+//	go run ./demo [-specs demo/specs] [-run 03,04] [-keep-last] [-kubeconfig FILE]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+)
+
+func main() {
+	specs := flag.String("specs", "demo/specs", "Directory of scenario YAML files.")
+	kubeconfig := flag.String("kubeconfig", "", "Kubeconfig (default $KUBECONFIG, else "+scenarios.DefaultKubeconfig+").")
+	driver := flag.String("driver", "gpu.dra.dev", "DRA driver name.")
+	run := flag.String("run", "", "Comma-separated scenario name prefixes to run (default all), e.g. 03,04.")
+	keepLast := flag.Bool("keep-last", false, "Leave the last scenario's objects in place for exploring with kubectl.")
+	timeout := flag.Duration("timeout", 3*time.Minute, "Timeout of each wait.")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := demo(ctx, *specs, *kubeconfig, *driver, *run, *keepLast, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+type outcome struct {
+	name, title string
+	took        time.Duration
+	err         error
+	problems    []string
+}
+
+func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast bool, timeout time.Duration) error {
+	all, err := scenarios.Load(specs)
+	if err != nil {
+		return err
+	}
+	selected := all[:0:0]
+	for _, s := range all {
+		if run == "" || matchesAny(s.Name, run) {
+			selected = append(selected, s)
+		}
+	}
+	if len(selected) == 0 {
+		return fmt.Errorf("no scenario matches -run=%s", run)
+	}
+	cluster, err := scenarios.Connect(kubeconfig)
+	if err != nil {
+		return err
+	}
+	r := scenarios.NewRunner(cluster)
+	r.Driver, r.Timeout = driver, timeout
+	r.Logf = func(format string, args ...any) { fmt.Printf("  ... "+format+"\n", args...) }
+
+	nodes, err := waitForSlices(ctx, r)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Driver %s publishes devices on node(s) %s\n", driver, strings.Join(nodes, ", "))
+
+	var results []outcome
+	for i, s := range selected {
+		res := runScenario(ctx, r, i+1, s)
+		results = append(results, res)
+		if keepLast && i == len(selected)-1 {
+			fmt.Printf("  kept: kubectl get pods,resourceclaims -n %s\n", strings.Join(s.Namespaces(), ","))
+			continue
+		}
+		if err := r.Cleanup(ctx, s); err != nil {
+			results[len(results)-1].err = fmt.Errorf("cleanup: %w", err)
+			break
+		}
+	}
+
+	fmt.Println("\n=== Node allocation summary after the demo")
+	for _, n := range nodes {
+		gpus, err := r.NodeSummary(ctx, n)
+		if err != nil {
+			return err
+		}
+		scenarios.PrintNodeSummary(os.Stdout, n, gpus)
+	}
+
+	fmt.Println("\n=== Results")
+	failed := 0
+	for _, res := range results {
+		status := "PASS"
+		if res.err != nil || len(res.problems) > 0 {
+			status = "FAIL"
+			failed++
+		}
+		fmt.Printf("  %s  %-16s %-70s %5.1fs\n", status, res.name, truncate(res.title, 70), res.took.Seconds())
+		if res.err != nil {
+			fmt.Printf("        %v\n", res.err)
+		}
+		for _, p := range res.problems {
+			fmt.Printf("        %s\n", p)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d scenarios failed", failed, len(results))
+	}
+	return nil
+}
+
+func runScenario(ctx context.Context, r *scenarios.Runner, n int, s *scenarios.Scenario) outcome {
+	start := time.Now()
+	res := outcome{name: s.Name, title: s.Title}
+	fmt.Printf("\n=== %d. %s (%s)\n", n, s.Title, s.Path)
+	for _, l := range strings.Split(s.Description, "\n") {
+		if l != "" {
+			fmt.Printf("  # %s\n", l)
+		}
+	}
+	defer func() { res.took = time.Since(start) }()
+	if err := r.Apply(ctx, s); err != nil {
+		res.err = err
+		explain(ctx, r, s)
+		return res
+	}
+	if err := r.Wait(ctx, s); err != nil {
+		res.err = err
+		explain(ctx, r, s)
+		return res
+	}
+	reps, err := r.Inspect(ctx, s)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	nodes := map[string]bool{}
+	for _, rep := range reps {
+		scenarios.PrintPod(os.Stdout, rep)
+		res.problems = append(res.problems, r.Check(rep)...)
+		if rep.Node != "" {
+			nodes[rep.Node] = true
+		}
+	}
+	for _, n := range sortedKeys(nodes) {
+		gpus, err := r.NodeSummary(ctx, n)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		scenarios.PrintNodeSummary(os.Stdout, n, gpus)
+	}
+	res.took = time.Since(start)
+	return res
+}
+
+// explain prints the pods of a failed scenario with their last events.
+func explain(ctx context.Context, r *scenarios.Runner, s *scenarios.Scenario) {
+	reps, err := r.Inspect(ctx, s)
+	if err != nil {
+		return
+	}
+	for _, rep := range reps {
+		scenarios.PrintPod(os.Stdout, rep)
+	}
+}
+
+// waitForSlices waits until the driver has published devices and returns the nodes.
+func waitForSlices(ctx context.Context, r *scenarios.Runner) ([]string, error) {
+	deadline := time.Now().Add(r.Timeout)
+	for {
+		slices, err := r.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + r.Driver})
+		if err == nil && len(slices.Items) > 0 {
+			nodes := map[string]bool{}
+			for _, s := range slices.Items {
+				if s.Spec.NodeName != nil {
+					nodes[*s.Spec.NodeName] = true
+				}
+			}
+			return sortedKeys(nodes), nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no ResourceSlices of driver %s after %s (is the chart installed?): %v", r.Driver, r.Timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func matchesAny(name, prefixes string) bool {
+	for _, p := range strings.Split(prefixes, ",") {
+		if p = strings.TrimSpace(p); p != "" && strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n-3] + "..."
+	}
+	return s
+}
