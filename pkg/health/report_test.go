@@ -7,6 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
@@ -73,5 +74,32 @@ func TestDevicesFromPublishedAndReport(t *testing.T) {
 	}
 	if taints := DeviceTaints(snap, byName["gpu-0"], p); len(taints) != 0 {
 		t.Errorf("taints of the healthy whole GPU: %v", taints)
+	}
+}
+
+func TestTaintResources(t *testing.T) {
+	other := resourceapi.DeviceTaint{Key: "example.com/maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{"node-1": {Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{
+		{Name: "gpu-0", Taints: []resourceapi.DeviceTaint{other}},
+		{Name: "gpu-0-ts"},
+		{Name: "gpu-1", Taints: []resourceapi.DeviceTaint{{Key: "gpu.dra.dev/unhealthy", Value: "XID48", Effect: resourceapi.DeviceTaintEffectNoSchedule}}},
+	}}}}}}
+	devices := []Device{{Pool: "node-1", Name: "gpu-0", GPUUUID: "GPU-0"}, {Pool: "node-1", Name: "gpu-0-ts", GPUUUID: "GPU-0"}, {Pool: "node-1", Name: "gpu-1", GPUUUID: "GPU-1"}}
+	snap := Snapshot{
+		"GPU-0": {UUID: "GPU-0", Lost: true, Unhealthy: &Condition{Reason: ReasonGPULost, Since: t0}},
+		"GPU-1": {UUID: "GPU-1"}, // recovered
+	}
+	got := TaintResources(res, snap, devices, DefaultTaintPolicy("gpu.dra.dev")).Pools["node-1"].Slices[0].Devices
+	if len(got[0].Taints) != 2 || got[0].Taints[0] != other || got[0].Taints[1].Value != ReasonGPULost || got[0].Taints[1].Effect != resourceapi.DeviceTaintEffectNoExecute {
+		t.Errorf("gpu-0 taints: %v", got[0].Taints)
+	}
+	if len(got[1].Taints) != 1 {
+		t.Errorf("gpu-0-ts taints: %v", got[1].Taints)
+	}
+	if len(got[2].Taints) != 0 {
+		t.Errorf("recovered gpu-1 still tainted: %v", got[2].Taints)
+	}
+	if orig := res.Pools["node-1"].Slices[0].Devices; len(orig[0].Taints) != 1 || len(orig[1].Taints) != 0 || len(orig[2].Taints) != 1 {
+		t.Error("TaintResources modified its input")
 	}
 }

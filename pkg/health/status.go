@@ -47,6 +47,7 @@ func (c MIGInstance) matches(d MIGInstance) bool {
 	return c.GPUInstance == d.GPUInstance && (c.ComputeInstance == noInstance || c.ComputeInstance == d.ComputeInstance)
 }
 
+// String formats the instance as "GI 3/CI 0", or "GI 3" without a compute instance.
 func (c MIGInstance) String() string {
 	if c.ComputeInstance == noInstance {
 		return fmt.Sprintf("GI %d", c.GPUInstance)

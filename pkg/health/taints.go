@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
 // TaintKeySuffix follows the driver name in the default taint key:
@@ -115,4 +116,41 @@ func FormatTaintEffects(effects map[string]resourceapi.DeviceTaintEffect) string
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
+}
+
+// TaintResources returns a copy of res whose devices carry the taints of
+// their health (per DeviceTaints), ready for kubeletplugin.Helper's
+// PublishResources. Devices not listed in devices, and taints of other keys
+// already on a device, are kept as they are; res is not modified.
+func TaintResources(res resourceslice.DriverResources, snap Snapshot, devices []Device, p TaintPolicy) resourceslice.DriverResources {
+	type key struct{ pool, name string }
+	byName := make(map[key]Device, len(devices))
+	for _, d := range devices {
+		byName[key{d.Pool, d.Name}] = d
+	}
+	out := resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(res.Pools))}
+	for poolName, pool := range res.Pools {
+		tainted := make([]resourceslice.Slice, len(pool.Slices))
+		for i, s := range pool.Slices {
+			s.Devices = append([]resourceapi.Device(nil), s.Devices...)
+			for j := range s.Devices {
+				dev := &s.Devices[j]
+				d, ok := byName[key{poolName, dev.Name}]
+				if !ok {
+					continue
+				}
+				var taints []resourceapi.DeviceTaint
+				for _, t := range dev.Taints {
+					if t.Key != p.Key {
+						taints = append(taints, t)
+					}
+				}
+				dev.Taints = append(taints, DeviceTaints(snap, d, p)...)
+			}
+			tainted[i] = s
+		}
+		pool.Slices = tainted
+		out.Pools[poolName] = pool
+	}
+	return out
 }
