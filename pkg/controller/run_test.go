@@ -220,7 +220,7 @@ func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
 		code, _ := get("http://" + cfg.HTTPListener.Addr().String() + "/readyz")
 		return code == http.StatusOK
 	})
-	conn, err := tls.Dial("tcp", cfg.WebhookListener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // checking which certificate is served
+	conn, err := tls.Dial("tcp", cfg.WebhookListener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) // only checks which certificate is served
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 }
 
 func get(url string) (int, string) {
-	resp, err := http.Get(url) //nolint:gosec,noctx // test against a local server
+	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}
