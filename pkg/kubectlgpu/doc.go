@@ -3,15 +3,18 @@
 // who holds them: per node, per GPU and per claim.
 //
 // The plugin reads four resource types, each with one (paginated) list:
-// ResourceSlices, ResourceClaims, DeviceClasses and Pods. Build indexes them
-// once into an Inventory; the reports (NodeList, NodeDetail, ClaimList) are
-// stable structs that the table printers and -o json|yaml share.
+// ResourceClaims, ResourceSlices, DeviceClasses and Pods. Load builds an
+// Inventory as the slice pages arrive, keeping what the reports need rather
+// than the API objects (Fetch and Build do the same from objects in
+// memory). The reports (NodeList, NodeDetail, ClaimList) are stable structs
+// that the table printers and -o json|yaml share; RunNodes, RunNode and
+// RunClaims are the commands, and package cli their command line.
 //
 // Everything is derived from the published ResourceSlices and the claims'
-// allocation results, the same data the scheduler allocates from: the
-// device kind comes from the type attribute, the GPU a device belongs to
-// from its minor (or parentMinor) attribute, and free MIG placements from
-// the GPU's counter set minus what allocated devices consume. The package
-// does not import the device model (which needs NVML and cgo); the names it
-// relies on are checked against pkg/devicemodel in its tests.
+// allocation results, the data the scheduler allocates from: the device
+// kind comes from the type attribute, the GPU a device belongs to from its
+// minor (or parentMinor) attribute, and free MIG placements from the GPU's
+// counter set minus what allocated devices consume. The package does not
+// import the device model (which needs NVML and cgo); the names it relies
+// on are checked against pkg/devicemodel in its tests.
 package kubectlgpu

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -49,41 +48,83 @@ type Scope struct {
 // list of them becomes a warning.
 func Fetch(ctx context.Context, client kubernetes.Interface, scope Scope) (*Source, error) {
 	src := &Source{}
+	err := fetch(ctx, client, scope, src, func([]resourceapi.ResourceClaim) {}, func(page []resourceapi.ResourceSlice) {
+		src.Slices = append(src.Slices, page...)
+	}, func() { src.Slices = nil })
+	if err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+// Load is Fetch and Build in one, reading the slices a page at a time: of
+// the largest list only one page is in memory at once, besides the
+// inventory.
+func Load(ctx context.Context, client kubernetes.Interface, scope Scope) (*Inventory, []string, error) {
+	src := &Source{}
+	var b *builder
+	slices := 0
+	err := fetch(ctx, client, scope, src, func(claims []resourceapi.ResourceClaim) {
+		b = newBuilder(scope.Driver, claims)
+	}, func(page []resourceapi.ResourceSlice) {
+		slices += len(page)
+		b.addSlices(page)
+	}, func() {
+		b, slices = newBuilder(scope.Driver, src.Claims), 0
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	inv := b.finish(src)
+	inv.slices = slices
+	return inv, src.Warnings, nil
+}
+
+// fetch lists claims into src (and hands them to claims), then slices page
+// by page to slices (restart means start over), then classes and pods.
+func fetch(ctx context.Context, client kubernetes.Interface, scope Scope, src *Source,
+	claims func([]resourceapi.ResourceClaim), slices func([]resourceapi.ResourceSlice), restart func()) error {
+	err := listPages(ctx, refClaims(scope.Namespace), metav1.ListOptions{},
+		client.ResourceV1().ResourceClaims(scope.Namespace).List,
+		func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, string) {
+			return l.Items, l.Continue
+		},
+		func(page []resourceapi.ResourceClaim) { src.Claims = append(src.Claims, page...) },
+		func() { src.Claims = nil })
+	if err != nil {
+		return err
+	}
+	claims(src.Claims)
+
 	sliceFields := fields.Set{resourceapi.ResourceSliceSelectorDriver: scope.Driver}
 	if scope.Node != "" {
 		sliceFields[resourceapi.ResourceSliceSelectorNodeName] = scope.Node
 	}
-	var err error
-	src.Slices, err = listAll(ctx, refSlices,
-		metav1.ListOptions{FieldSelector: sliceFields.String()},
+	err = listPages(ctx, refSlices, metav1.ListOptions{FieldSelector: sliceFields.String()},
 		client.ResourceV1().ResourceSlices().List,
 		func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, string) {
 			return l.Items, l.Continue
-		})
+		},
+		func(page []resourceapi.ResourceSlice) {
+			// The API server filters by the field selector already;
+			// filtering again keeps the result right for servers and
+			// fakes that ignore it.
+			slices(deleteFunc(page, func(s *resourceapi.ResourceSlice) bool {
+				return s.Spec.Driver != scope.Driver || (scope.Node != "" && sliceNode(s) != scope.Node)
+			}))
+		}, restart)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// The API server filters by the field selector already; filtering again
-	// keeps the result right for servers and fakes that ignore it.
-	src.Slices = slices.DeleteFunc(src.Slices, func(s resourceapi.ResourceSlice) bool {
-		return s.Spec.Driver != scope.Driver || (scope.Node != "" && sliceNode(&s) != scope.Node)
-	})
-	src.Claims, err = listAll(ctx, refClaims(scope.Namespace),
-		metav1.ListOptions{},
-		client.ResourceV1().ResourceClaims(scope.Namespace).List,
-		func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, string) {
-			return l.Items, l.Continue
-		})
-	if err != nil {
-		return nil, err
-	}
+
 	if scope.Classes {
-		src.Classes, err = listAll(ctx, refClasses,
-			metav1.ListOptions{},
+		err := listPages(ctx, refClasses, metav1.ListOptions{},
 			client.ResourceV1().DeviceClasses().List,
-			func(l *resourceapi.DeviceClassList) ([]resourceapi.DeviceClass, string) { return l.Items, l.Continue })
+			func(l *resourceapi.DeviceClassList) ([]resourceapi.DeviceClass, string) { return l.Items, l.Continue },
+			func(page []resourceapi.DeviceClass) { src.Classes = append(src.Classes, page...) },
+			func() { src.Classes = nil })
 		if err := src.soften(err, "pending claims are shown only when they request a class named after the driver"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if scope.Pods {
@@ -91,17 +132,32 @@ func Fetch(ctx context.Context, client kubernetes.Interface, scope Scope) (*Sour
 		if scope.Node != "" {
 			opts.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", scope.Node).String()
 		}
-		src.Pods, err = listAll(ctx, refPods(scope.Namespace), opts,
+		err := listPages(ctx, refPods(scope.Namespace), opts,
 			client.CoreV1().Pods(scope.Namespace).List,
-			func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue })
+			func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue },
+			func(page []corev1.Pod) {
+				src.Pods = append(src.Pods, deleteFunc(page, func(p *corev1.Pod) bool {
+					return scope.Node != "" && p.Spec.NodeName != scope.Node
+				})...)
+			},
+			func() { src.Pods = nil })
 		if err := src.soften(err, "pods are named from the claims' reservedFor, without their phase"); err != nil {
-			return nil, err
-		}
-		if scope.Node != "" {
-			src.Pods = slices.DeleteFunc(src.Pods, func(p corev1.Pod) bool { return p.Spec.NodeName != scope.Node })
+			return err
 		}
 	}
-	return src, nil
+	return nil
+}
+
+// deleteFunc is slices.DeleteFunc without copying each (large) element
+// into the callback.
+func deleteFunc[T any](s []T, del func(*T) bool) []T {
+	out := s[:0]
+	for i := range s {
+		if !del(&s[i]) {
+			out = append(out, s[i])
+		}
+	}
+	return out
 }
 
 // soften turns a forbidden list into a warning.
@@ -176,26 +232,27 @@ func (e *ListError) Error() string {
 
 func (e *ListError) Unwrap() error { return e.Err }
 
-// listAll runs one list, page by page. If the continue token expires
-// between pages, it falls back to a single unpaginated list.
-func listAll[L any, T any](ctx context.Context, ref resourceRef, opts metav1.ListOptions,
+// listPages runs one list, page by page, handing each page to each. If
+// the continue token expires between pages, it calls restart and falls
+// back to a single unpaginated list.
+func listPages[L any, T any](ctx context.Context, ref resourceRef, opts metav1.ListOptions,
 	list func(context.Context, metav1.ListOptions) (*L, error),
-	split func(*L) ([]T, string)) ([]T, error) {
+	split func(*L) ([]T, string), each func([]T), restart func()) error {
 	opts.Limit = pageSize
-	var items []T
 	for {
 		l, err := list(ctx, opts)
 		if err != nil {
 			if apierrors.IsResourceExpired(err) && opts.Continue != "" {
-				opts.Continue, opts.Limit, items = "", 0, nil
+				restart()
+				opts.Continue, opts.Limit = "", 0
 				continue
 			}
-			return nil, &ListError{Resource: ref.resource, Group: ref.group, Namespace: ref.namespace, namespaced: ref.namespaced, Err: err}
+			return &ListError{Resource: ref.resource, Group: ref.group, Namespace: ref.namespace, namespaced: ref.namespaced, Err: err}
 		}
 		page, cont := split(l)
-		items = append(items, page...)
+		each(page)
 		if cont == "" {
-			return items, nil
+			return nil
 		}
 		opts.Continue = cont
 	}

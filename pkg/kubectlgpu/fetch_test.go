@@ -30,23 +30,23 @@ func TestOneListPerResourceType(t *testing.T) {
 		want []string // resource namespace fieldSelector
 	}{
 		"nodes": {nodes(), []string{
-			"resourceslices  spec.driver=gpu.dra.dev",
 			"resourceclaims  ",
+			"resourceslices  spec.driver=gpu.dra.dev",
 		}},
 		"node": {node("node-a"), []string{
-			"resourceslices  spec.driver=gpu.dra.dev,spec.nodeName=node-a",
 			"resourceclaims  ",
+			"resourceslices  spec.driver=gpu.dra.dev,spec.nodeName=node-a",
 			"pods  spec.nodeName=node-a",
 		}},
 		"claims in a namespace": {claims("default"), []string{
-			"resourceslices  spec.driver=gpu.dra.dev",
 			"resourceclaims default ",
+			"resourceslices  spec.driver=gpu.dra.dev",
 			"deviceclasses  ",
 			"pods default ",
 		}},
 		"claims in all namespaces": {claims(""), []string{
-			"resourceslices  spec.driver=gpu.dra.dev",
 			"resourceclaims  ",
+			"resourceslices  spec.driver=gpu.dra.dev",
 			"deviceclasses  ",
 			"pods  ",
 		}},
@@ -202,6 +202,15 @@ func TestPagination(t *testing.T) {
 			}
 			if len(calls) != wantCalls {
 				t.Errorf("%d calls, want %d: %v", len(calls), wantCalls, calls)
+			}
+			// Load builds as the pages come; a restart must not count the
+			// first pages twice.
+			inv, _, err := kubectlgpu.Load(context.Background(), c, kubectlgpu.Scope{Driver: driverName})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total := inv.NodeList().Total; total.GPUs != 12 || total.Free != 6 {
+				t.Errorf("after paging: %d GPUs, %d free, want 12 and 6", total.GPUs, total.Free)
 			}
 		})
 	}

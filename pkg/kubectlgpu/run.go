@@ -104,15 +104,15 @@ func load(ctx context.Context, client kubernetes.Interface, o *Options, scope Sc
 		o.ErrOut = io.Discard
 	}
 	scope.Driver = o.driver()
-	src, err := Fetch(ctx, client, scope)
+	inv, warnings, err := Load(ctx, client, scope)
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range src.Warnings {
+	for _, w := range warnings {
 		fmt.Fprintf(o.ErrOut, "Warning: %s\n", w)
 	}
-	if len(src.Slices) == 0 && scope.Node == "" {
+	if inv.slices == 0 && scope.Node == "" {
 		return nil, fmt.Errorf("the %s driver is not installed or publishes no GPUs (no ResourceSlices with spec.driver=%s)", scope.Driver, scope.Driver)
 	}
-	return Build(scope.Driver, src), nil
+	return inv, nil
 }

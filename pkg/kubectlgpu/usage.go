@@ -109,10 +109,8 @@ func (g *GPU) Usage() Usage {
 
 func newShareUsage(d *Device) *ShareUsage {
 	s := &ShareUsage{Type: d.Type, Device: d.Name, Memory: *resource.NewQuantity(0, resource.BinarySI)}
-	if q, ok := d.Capacity(capShares); ok {
-		s.Allowed = q.Value()
-	}
-	s.MemoryCapacity, _ = d.Capacity(capMemory)
+	s.Allowed = d.Shares
+	s.MemoryCapacity = d.Memory
 	return s
 }
 
@@ -155,8 +153,8 @@ func (g *GPU) FreeMIG() []FreeMIG {
 			continue
 		}
 		held = true
-		for k, v := range d.consumes {
-			remaining[k] -= v.Value.Value()
+		for _, c := range d.consumes {
+			remaining[c.name] -= c.value
 		}
 	}
 	fits := func(d *Device) bool {
@@ -169,8 +167,8 @@ func (g *GPU) FreeMIG() []FreeMIG {
 		if g.Counters == nil {
 			return !held
 		}
-		for k, v := range d.consumes {
-			if remaining[k] < v.Value.Value() {
+		for _, c := range d.consumes {
+			if remaining[c.name] < c.value {
 				return false
 			}
 		}
@@ -215,15 +213,4 @@ func sortPlacements(f *FreeMIG) {
 // inUse says whether a claim without admin access holds the device.
 func (d *Device) inUse() bool {
 	return slices.ContainsFunc(d.Holdings, func(h *Holding) bool { return !h.AdminAccess })
-}
-
-// MIGProfiles are the GPU's MIG profiles in publication order.
-func (g *GPU) MIGProfiles() []string {
-	var out []string
-	for _, d := range g.Devices {
-		if d.Type == TypeMIG && !slices.Contains(out, d.Profile) {
-			out = append(out, d.Profile)
-		}
-	}
-	return out
 }

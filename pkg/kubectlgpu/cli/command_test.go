@@ -211,8 +211,8 @@ func TestNodesOverHTTP(t *testing.T) {
 		t.Errorf("nodes (-package +command line):\n%s", diff)
 	}
 	wantRequests := []string{
-		"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.dra.dev&limit=500",
 		"/apis/resource.k8s.io/v1/resourceclaims?limit=500",
+		"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.dra.dev&limit=500",
 	}
 	if diff := cmp.Diff(wantRequests, server.takeRequests()); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
@@ -257,8 +257,8 @@ func TestClaimsNamespace(t *testing.T) {
 				ns = "/namespaces/" + tc.namespace
 			}
 			wantRequests := []string{
-				"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.dra.dev&limit=500",
 				"/apis/resource.k8s.io/v1" + ns + "/resourceclaims?limit=500",
+				"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.dra.dev&limit=500",
 				"/apis/resource.k8s.io/v1/deviceclasses?limit=500",
 				"/api/v1" + ns + "/pods?limit=500",
 			}
