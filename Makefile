@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 IMAGE_REF ?= gdd.local/gpu-dra-driver:dev
 IMAGE_TAR ?= $(BIN)/gpu-dra-driver-image.tar
 
-.PHONY: help build test unit fuzz vet bench print-slices clean image
+.PHONY: help build test unit fuzz vet bench print-slices clean image demo e2e
 
 help: ## Show targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ print-slices: build ## Print the ResourceSlices of a simulated machine: make pri
 
 image: ## Driver image tar without a registry ($(IMAGE_REF) -> $(IMAGE_TAR)); import with hack/cluster/up.sh --image
 	IMAGE_REF=$(IMAGE_REF) ./hack/demo/image.sh $(IMAGE_TAR)
+
+demo: ## Local cluster + chart with simulated GPUs + every demo/specs scenario, then teardown (KEEP=1 keeps it)
+	./hack/demo/demo.sh $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,70 @@
+# shellcheck shell=bash
+# Shared by hack/demo/{demo,e2e,bench}.sh: bring the local cluster up with the driver
+# image, install the chart with simulated GPUs, tear down. Sourced from the repo root.
+
+GDD_STATE_DIR=${GDD_STATE_DIR:-/tmp/gdd}
+export GDD_STATE_DIR
+DEMO_RELEASE=${DEMO_RELEASE:-gpu-dra-driver}
+DEMO_NAMESPACE=${DEMO_NAMESPACE:-gpu-dra-driver}
+DEMO_SIMULATE=${DEMO_SIMULATE:-dgxh100}
+DEMO_CHART=deployments/helm/gpu-dra-driver
+# Seconds to wait for a cluster that someone else runs on this machine to go away
+# (only one can run); 0 fails at once.
+GDD_WAIT_FOR_CLUSTER=${GDD_WAIT_FOR_CLUSTER:-0}
+
+demo_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+demo_die() {
+	demo_log "ERROR: $*"
+	exit 1
+}
+
+# demo_wait_no_cluster waits until no kube-apiserver runs on this machine.
+demo_wait_no_cluster() {
+	local waited=0
+	while pgrep -x kube-apiserver >/dev/null; do
+		if ((waited >= GDD_WAIT_FOR_CLUSTER)); then
+			demo_die "a Kubernetes cluster already runs on this machine (kube-apiserver pid $(pgrep -x kube-apiserver | tr '\n' ' ')); stop it with hack/cluster/down.sh if it is yours, or set GDD_WAIT_FOR_CLUSTER=<seconds> to wait for it"
+		fi
+		((waited == 0)) && demo_log "another cluster runs on this machine; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it to stop"
+		sleep 10
+		waited=$((waited + 10))
+	done
+}
+
+# demo_up builds the driver image, starts the cluster with it and installs the chart.
+# Extra arguments go to helm.
+demo_up() {
+	local image
+	demo_log "building the driver image"
+	image=$(hack/demo/image.sh)
+	demo_wait_no_cluster
+	demo_log "starting the local cluster (state dir $GDD_STATE_DIR)"
+	hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --image "$PWD/$image" >/dev/null
+	# shellcheck disable=SC1091
+	source "$GDD_STATE_DIR/env"
+	demo_install "$@"
+}
+
+# demo_install installs (or upgrades) the chart with simulated GPUs and waits for the
+# plugin to publish its slices.
+demo_install() {
+	demo_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE, kubeletDir=$GDD_STATE_DIR/kubelet)"
+	helm upgrade --install "$DEMO_RELEASE" "$DEMO_CHART" -n "$DEMO_NAMESPACE" --create-namespace \
+		--set simulate="$DEMO_SIMULATE" --set kubeletDir="$GDD_STATE_DIR/kubelet" \
+		--wait --timeout 3m "$@" >/dev/null
+	local _
+	for _ in $(seq 1 120); do
+		if [[ -n $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev -o name 2>/dev/null) ]]; then
+			demo_log "driver running: $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev --no-headers | wc -l) ResourceSlices published"
+			return 0
+		fi
+		sleep 1
+	done
+	kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=30 >&2 || true
+	demo_die "the kubelet plugin published no ResourceSlices"
+}
+
+demo_down() {
+	demo_log "stopping the local cluster"
+	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet || demo_log "down.sh failed; run hack/cluster/down.sh"
+}
