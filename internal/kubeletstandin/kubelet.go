@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	resourceapi "k8s.io/api/resource/v1"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -157,4 +158,29 @@ func pbClaims(claims []*resourceapi.ResourceClaim) []*drapb.Claim {
 		out = append(out, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
 	}
 	return out
+}
+
+// WatchHealth opens the plugin's device health stream, as the kubelet does,
+// and forwards its messages until ctx ends.
+func (k *Kubelet) WatchHealth(ctx context.Context) (<-chan *drahealthv1.NodeWatchResourcesResponse, error) {
+	stream, err := drahealthv1.NewDRAResourceHealthClient(k.conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *drahealthv1.NodeWatchResourcesResponse, 16)
+	go func() {
+		defer close(out)
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -47,6 +49,13 @@ type Config struct {
 	MPSDir     string
 	MPSControl string
 
+	// Health: XIDs that change nothing, quiet time before a GPU is healthy
+	// again, taint effects per reason; MetricsAddress serves /metrics.
+	IgnoredXIDs          string
+	HealthRecoveryWindow time.Duration
+	HealthTaintEffects   string
+	MetricsAddress       string
+
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
 	// PrintSlices prints the ResourceSlices and exits without an API server.
@@ -77,6 +86,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "YAML file saying what each GPU publishes: whole GPU, dynamic MIG, time-slicing and MPS shares and their count, with per-GPU overrides by minor or UUID (see docs/device-model.md). Empty publishes everything a GPU supports.")
 	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
 	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
+	fs.StringVar(&c.IgnoredXIDs, "ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs), "XIDs that do not make a GPU unhealthy (application errors; see docs/health.md).")
+	fs.DurationVar(&c.HealthRecoveryWindow, "health-recovery-window", 10*time.Minute, "Quiet time after the last critical event before an unhealthy GPU is untainted; a GPU reset recovers at once, a lost GPU only when it answers again.")
+	fs.StringVar(&c.HealthTaintEffects, "health-taint-effects", "", "Taint effect per reason, e.g. GPULost=NoExecute,XID79=NoExecute,XID48=NoSchedule; reasons not listed get NoSchedule. Empty: the defaults of docs/health.md.")
+	fs.StringVar(&c.MetricsAddress, "metrics-address", ":9400", "Address for Prometheus /metrics (and, in simulation, /simulate/event); empty disables it.")
 	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }

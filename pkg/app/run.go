@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
 // CheckpointFile is the checkpoint's name inside the plugin data directory.
@@ -51,8 +52,18 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	// Recovery first: it may destroy MIG instances a crashed prepare left,
-	// and discovery must not publish those as static MIG devices.
+	// The health monitor and metrics need the GPUs; the device model is
+	// built after recovery, which may destroy MIG instances a crashed
+	// prepare left (they must not be published as static MIG devices).
+	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
+	if err != nil {
+		return fmt.Errorf("discover GPUs: %w", err)
+	}
+	metrics := telemetry.NewDriverMetrics(cfg.NodeName)
+	monitor, err := healthMonitor(ctx, cfg, hw, gpus, metrics)
+	if err != nil {
+		return err
+	}
 	opts := driver.Options{
 		DriverName:     cfg.DriverName,
 		PoolName:       cfg.NodeName,
@@ -60,6 +71,8 @@ func Run(ctx context.Context, cfg *Config) error {
 		DriverRoot:     hw.driverRoot,
 		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files),
 		TimeSlicing:    ts,
+		Health:         monitor,
+		Metrics:        metrics,
 		CheckpointPath: filepath.Join(cfg.PluginDataDir, CheckpointFile),
 		Fatal:          cancel,
 		FaultHook:      cfg.FaultHook,
@@ -71,8 +84,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
-	if err != nil {
+	if gpus, err = discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot}); err != nil {
 		return fmt.Errorf("discover GPUs: %w", err)
 	}
 	published, counterSets := devicemodel.Model(gpus, devicemodel.Options{
@@ -80,6 +92,10 @@ func Run(ctx context.Context, cfg *Config) error {
 	})
 	drv.SetDevices(ctx, published)
 	resources := devicemodel.Resources(cfg.NodeName, published, counterSets)
+	if err := monitor.Start(ctx); err != nil {
+		return fmt.Errorf("start health monitor: %w", err)
+	}
+	defer func() { <-monitor.Done() }() // before NVML shuts down
 
 	client, err := kubeClient(cfg)
 	if err != nil {
@@ -99,11 +115,12 @@ func Run(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	if err := helper.PublishResources(ctx, resources); err != nil {
-		if ctx.Err() != nil {
-			return shutdown(ctx)
-		}
-		return fmt.Errorf("publish ResourceSlices: %w", err)
+	go publishWithHealth(ctx, helper, monitor, resources, drv.HealthDevices, cfg)
+	if cfg.MetricsAddress != "" {
+		collector := telemetry.NewCollector(telemetry.CollectorOptions{
+			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: gpus, Holders: drv, Health: monitor,
+		})
+		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector))
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(gpus))
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
 // Options configure a Driver.
@@ -33,6 +35,10 @@ type Options struct {
 	// DriverRoot is the host path of the NVIDIA driver installation.
 	DriverRoot string
 	CDI        cdi.Writer
+	// Health reports device health to the kubelet; nil means unsupported.
+	Health Health
+	// Metrics records prepare/unprepare figures; nil records nothing.
+	Metrics *telemetry.DriverMetrics
 	// TimeSlicing and MPS set GPUs up for shares; nil refuses such shares.
 	TimeSlicing TimeSlicing
 	MPS         MPS
@@ -57,7 +63,9 @@ type Driver struct {
 	store   checkpoint.Store
 
 	// devices are the published devices by name; set once by SetDevices.
-	devices map[string]*devicemodel.Published
+	devices   map[string]*devicemodel.Published
+	published []devicemodel.Published
+	consumers consumers
 
 	mu sync.Mutex // guards cp and its persistence
 	cp *checkpoint.Checkpoint
@@ -89,6 +97,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 // again any CDI spec a prepared claim is missing. Call it once, before the
 // kubelet can reach the driver.
 func (d *Driver) SetDevices(ctx context.Context, devices []devicemodel.Published) {
+	d.published = devices
 	for i := range devices {
 		d.devices[devices[i].Device.Name] = &devices[i]
 	}
@@ -111,7 +120,10 @@ func (d *Driver) OwnsMIG(parentUUID string, giID uint32) bool {
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
+		start := time.Now()
+		d.consumers.record(claim)
 		devices, err := d.prepareClaim(ctx, claim)
+		d.observe(true, d.claimKind(claim.UID), start, err)
 		if err != nil {
 			err = fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
@@ -124,7 +136,13 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	result := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
-		if err := d.unprepareClaim(ctx, claim); err != nil {
+		start, kind := time.Now(), d.claimKind(claim.UID)
+		err := d.unprepareClaim(ctx, claim)
+		d.observe(false, kind, start, err)
+		if err == nil {
+			d.consumers.forget(claim.UID)
+		}
+		if err != nil {
 			result[claim.UID] = fmt.Errorf("unprepare claim %s: %w", claim, err)
 		} else {
 			result[claim.UID] = nil
@@ -139,12 +157,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.opts.Fatal != nil {
 		d.opts.Fatal(fmt.Errorf("%s: %w", msg, err))
 	}
-}
-
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Health reporting
-// arrives with NVML event monitoring.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 // PreparedClaims returns a copy of the checkpointed claims, for status and tests.

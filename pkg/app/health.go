@@ -1,0 +1,115 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
+)
+
+func healthMonitor(ctx context.Context, cfg *Config, hw *hardware, gpus []discovery.GPU, m *telemetry.DriverMetrics) (*health.Monitor, error) {
+	ignored, err := health.ParseXIDs(cfg.IgnoredXIDs)
+	if err != nil {
+		return nil, fmt.Errorf("--ignored-xids: %w", err)
+	}
+	uuids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		uuids = append(uuids, g.UUID)
+	}
+	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	mon, err := health.NewMonitor(health.Options{
+		NVML: hw.nvml, GPUs: uuids, StateFile: filepath.Join(cfg.PluginDataDir, "health.json"),
+		BootID: strings.TrimSpace(string(bootID)), IgnoredXIDs: ignored,
+		RecoveryWindow: cfg.HealthRecoveryWindow, OnEvent: m.ObserveHealthEvent,
+	})
+	if mon == nil {
+		return nil, fmt.Errorf("health monitor: %w", err)
+	}
+	if err != nil {
+		// A corrupt state file was moved aside; every GPU starts healthy.
+		klog.FromContext(ctx).Error(err, "Health state not restored")
+	}
+	return mon, nil
+}
+
+// publishWithHealth publishes the node's resources, tainting the devices
+// of unhealthy GPUs, and publishes again on every health change.
+func publishWithHealth(ctx context.Context, helper *kubeletplugin.Helper, mon *health.Monitor, res resourceslice.DriverResources, devices func() []health.Device, cfg *Config) {
+	logger := klog.FromContext(ctx)
+	policy := health.DefaultTaintPolicy(cfg.DriverName)
+	if cfg.HealthTaintEffects != "" {
+		effects, err := health.ParseTaintEffects(cfg.HealthTaintEffects)
+		if err != nil {
+			logger.Error(err, "Ignoring --health-taint-effects")
+		} else {
+			policy.Effects = effects
+		}
+	}
+	for snap := range mon.Subscribe(ctx) {
+		if err := helper.PublishResources(ctx, health.TaintResources(res, snap, devices(), policy)); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Publish ResourceSlices")
+		}
+	}
+}
+
+// serveMetrics serves /metrics and, in simulation, /simulate/event, which
+// injects an NVML event into the simulated GPUs so demos can show a GPU
+// going unhealthy (POST /simulate/event?gpu=0&xid=79, or &lost=true).
+func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.KubeRegistry) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", telemetry.Handler(reg))
+	if hw.sim != nil {
+		mux.HandleFunc("/simulate/event", func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost {
+				http.Error(w, "POST only", http.StatusMethodNotAllowed)
+				return
+			}
+			gpu, err := strconv.Atoi(r.URL.Query().Get("gpu"))
+			if err != nil || gpu < 0 || gpu >= hw.sim.GPUCount() {
+				http.Error(w, "gpu: want an index below "+strconv.Itoa(hw.sim.GPUCount()), http.StatusBadRequest)
+				return
+			}
+			switch q := r.URL.Query(); {
+			case q.Get("lost") != "":
+				err = hw.sim.SetGPULost(gpu, q.Get("lost") == "true")
+			case q.Get("xid") != "":
+				xid, perr := strconv.ParseUint(q.Get("xid"), 10, 64)
+				if perr != nil {
+					http.Error(w, "xid: "+perr.Error(), http.StatusBadRequest)
+					return
+				}
+				hw.sim.InjectEvent(gpu, nvml.EventTypeXidCriticalError, xid)
+			default:
+				http.Error(w, "give xid=N or lost=true|false", http.StatusBadRequest)
+				return
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		})
+	}
+	srv := &http.Server{Addr: cfg.MetricsAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.FromContext(ctx).Error(err, "Metrics server", "address", cfg.MetricsAddress)
+	}
+}

@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+)
+
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// taintOn returns the taint of a published device, or nil.
+func taintOn(t *testing.T, client kubernetes.Interface, device string) *resourceapi.DeviceTaint {
+	t.Helper()
+	list, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			if d.Name == device && len(d.Taints) > 0 {
+				return &d.Taints[0]
+			}
+		}
+	}
+	return nil
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, within)
+	return 0
+}
+
+func injectEvent(t *testing.T, addr, query string) {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/simulate/event?"+query, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("inject %s: %s %s", query, resp.Status, body)
+	}
+}
+
+// An XID takes a GPU out of scheduling (device taint) and is reported on
+// the kubelet's health stream within a second; the GPU comes back after the
+// recovery window; and the state survives a plugin restart.
+func TestHealthTaintsAndReports(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dirs, _, claims, _ := setup(t, map[string]int64{"held": 1})
+	client := plugintest.FakeClient(nodeName, claims["held"])
+	cfg := dirs.Config(machine, nodeName)
+	cfg.KubeClient = client
+	cfg.MetricsAddress = freeAddress(t)
+	cfg.HealthRecoveryWindow = 3 * time.Second
+	p, err := plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	if _, err := p.Kubelet.PrepareOne(ctx, claims["held"]); err != nil {
+		t.Fatal(err)
+	}
+	held := claims["held"].Status.Allocation.Devices.Results[0].Device
+	stream, err := p.Kubelet.WatchHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "slices published", func() bool {
+		l, _ := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return len(l.Items) > 0
+	})
+
+	injectEvent(t, cfg.MetricsAddress, "gpu=0&xid=79")
+	took := eventually(t, time.Second, "taint on "+held, func() bool { return taintOn(t, client, held) != nil })
+	taint := taintOn(t, client, held)
+	if taint.Effect != resourceapi.DeviceTaintEffectNoExecute || taint.Value != "XID79" {
+		t.Errorf("taint = %+v, want XID79 NoExecute (the GPU fell off the bus)", taint)
+	}
+	t.Logf("taint published %v after the XID", took)
+	deadline := time.After(time.Second)
+	for unhealthy := false; !unhealthy; {
+		select {
+		case msg := <-stream:
+			for _, d := range msg.Devices {
+				unhealthy = unhealthy || (d.Device.DeviceName == held && d.Health == drahealthv1.HealthStatus_UNHEALTHY)
+			}
+		case <-deadline:
+			t.Fatalf("no UNHEALTHY report for %s on the health stream within 1s", held)
+		}
+	}
+	if taintOn(t, client, "gpu-1") != nil {
+		t.Errorf("a healthy GPU got tainted")
+	}
+
+	// Metrics carry the holder of the device.
+	resp, err := http.Get("http://" + cfg.MetricsAddress + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if want := fmt.Sprintf(`claim="%s"`, claims["held"].Name); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks the holder label %s", want)
+	}
+
+	// A restart keeps the GPU unhealthy until its window passes.
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "taint after restart", func() bool { return taintOn(t, client, held) != nil })
+	eventually(t, 10*time.Second, "recovery after the window", func() bool { return taintOn(t, client, held) == nil })
+}
