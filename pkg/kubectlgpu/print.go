@@ -157,15 +157,34 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 		fmt.Fprintf(w, " (NVIDIA %s, CUDA %s)", d.GPUs[0].DriverVersion, d.GPUs[0].CUDADriverVersion)
 	}
 	fmt.Fprintf(w, "\nGPUs:     %s, %d free\nDevices:  %d\n", formatModels(models), free, d.Devices)
+	for _, section := range []struct {
+		title string
+		print func(io.Writer, []GPUDetail, bool)
+	}{
+		{"Identity", printIdentity},
+		{"Use", printUse},
+		{"Allocations", printAllocations},
+		{"Free MIG placements (profile: first memory slice of each)", printFreeMIG},
+	} {
+		fmt.Fprintf(w, "\n%s:\n", section.title)
+		tw := newTable(w)
+		section.print(tw, d.GPUs, wide)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	fmt.Fprintln(w, "\nIdentity:")
-	tw := newTable(w)
+// The sections of PrintNode; rows are indented under their title.
+
+func printIdentity(tw io.Writer, gpus []GPUDetail, wide bool) {
 	header := []string{"  GPU", "PRODUCT", "UUID", "NUMA", "PCI", "NVLINK DOMAIN", "MEMORY", "MIG"}
 	if wide {
 		header = append(header, "ARCH", "CC", "PCIE ROOT")
 	}
 	row(tw, header...)
-	for _, g := range d.GPUs {
+	for _, g := range gpus {
 		numa := "-"
 		if g.NUMANode != nil {
 			numa = fmt.Sprint(*g.NUMANode)
@@ -184,33 +203,27 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 		}
 		row(tw, cells...)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+}
 
-	fmt.Fprintln(w, "\nUse:")
-	tw = newTable(w)
+func printUse(tw io.Writer, gpus []GPUDetail, _ bool) {
 	row(tw, "  GPU", "USE", "HEALTH", "DEVICES")
-	for _, g := range d.GPUs {
+	for _, g := range gpus {
 		health := "ok"
 		if len(g.Taints) > 0 {
 			health = formatTaints(g.Taints)
 		}
 		row(tw, "  "+g.Name, formatUsage(g.Usage, false), health, deviceNames(g.Devices))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+}
 
-	fmt.Fprintln(w, "\nAllocations:")
-	tw = newTable(w)
-	header = []string{"  GPU", "DEVICE", "CLAIM", "REQUEST", "PODS", "CONFIG"}
+func printAllocations(tw io.Writer, gpus []GPUDetail, wide bool) {
+	header := []string{"  GPU", "DEVICE", "CLAIM", "REQUEST", "PODS", "CONFIG"}
 	if wide {
 		header = append(header, "SHARE ID")
 	}
 	row(tw, header...)
 	n := 0
-	for _, g := range d.GPUs {
+	for _, g := range gpus {
 		for _, h := range g.Holders {
 			n++
 			cells := []string{"  " + g.Name, formatDevice(h.Allocation), h.Namespace + "/" + h.Claim, h.Request,
@@ -224,15 +237,12 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 	if n == 0 {
 		row(tw, "  -")
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+}
 
-	fmt.Fprintln(w, "\nFree MIG placements (profile: first memory slice of each):")
-	tw = newTable(w)
+func printFreeMIG(tw io.Writer, gpus []GPUDetail, wide bool) {
 	row(tw, "  GPU", "FREE")
 	listed := false
-	for _, g := range d.GPUs {
+	for _, g := range gpus {
 		if len(g.FreeMIG) == 0 && !g.MIGCapable {
 			continue
 		}
@@ -253,7 +263,6 @@ func PrintNode(w io.Writer, d NodeDetail, wide bool) error {
 	if !listed {
 		row(tw, "  -", "no MIG-capable GPUs")
 	}
-	return tw.Flush()
 }
 
 // tainted notes that free placements are tainted: the scheduler allocates
