@@ -42,5 +42,8 @@ image: ## Driver image tar without a registry ($(IMAGE_REF) -> $(IMAGE_TAR)); im
 demo: ## Local cluster + chart with simulated GPUs + every demo/specs scenario, then teardown (KEEP=1 keeps it)
 	./hack/demo/demo.sh $(DEMO_ARGS)
 
+e2e: ## Local cluster + chart with simulated GPUs + test/e2e, then teardown (~6 min warm; KEEP=1 keeps it)
+	./hack/demo/e2e.sh $(E2E_ARGS)
+
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make e2e: builds the driver image, brings up the local cluster, installs the chart
+# with simulated DGX H100 GPUs, runs test/e2e against it and tears the cluster down.
+#
+# Usage: hack/demo/e2e.sh [go test flags, e.g. -run TestScenarios]
+# Environment: KEEP=1 keeps the cluster afterwards; E2E_STRICT=1 fails on known
+#   plugin issues too; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=hack/demo/lib.sh
+source hack/demo/lib.sh
+export CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
+
+on_exit() {
+	local rc=$?
+	if ((rc != 0)) && [[ -n ${KUBECONFIG:-} ]]; then
+		demo_log "e2e failed; the plugin's last log lines:"
+		kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2 || true
+	fi
+	[[ ${KEEP:-} == 1 ]] || demo_down
+	exit "$rc"
+}
+# Compile the tests before the cluster starts, so a build error costs no cluster start.
+go test -c -o bin/e2e.test ./test/e2e
+trap on_exit EXIT
+# shellcheck disable=SC2119 # no extra helm arguments
+demo_up
+demo_log "running test/e2e"
+E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_NAMESPACE \
+	E2E_KUBELET_DIR=$GDD_STATE_DIR/kubelet E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
+	./bin/e2e.test -test.v -test.timeout 20m "$@" 2>&1 |
+	grep --line-buffered -vE '^=== (RUN|PAUSE|CONT)' || test "${PIPESTATUS[0]}" -eq 0

@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/webhook"
+)
+
+// chartValueSets are the value combinations the chart must render and the API
+// server must accept.
+var chartValueSets = map[string][]string{
+	"defaults":  nil,
+	"simulated": {"--set", "simulate=dgxh100", "--set", "kubeletDir=/tmp/gdd/kubelet"},
+	"minimal":   {"--set", "controller.enabled=false,validatingAdmissionPolicy.enabled=false,deviceClasses.create=false,extendedResourceName="},
+	"cert-manager": {"--set", "controller.webhook.certManager.enabled=true,controller.webhook.certManager.secretName=tls," +
+		"controller.webhook.certManager.certificate=ns/cert,controller.modelDeviceClasses=true,controller.replicas=1"},
+	"node-groups": {"--set-json", `devicePolicy={"default":{"timeSlicing":{"maxShares":8}},"gpus":{"0":{"wholeGPU":false}},` +
+		`"nodeGroups":[{"name":"mps","nodeSelector":{"gpu.dra.dev/policy":"mps"},"policy":{"default":{"mig":"off","mps":{"maxShares":8}}}}]}`},
+}
+
+// TestChart: `helm lint` is clean, and `helm template` output passes a
+// server-side dry run on the real API server for every value set.
+func TestChart(t *testing.T) {
+	ctx := testContext(t)
+	helm(t, ctx, "lint", "--strict", chartDir())
+	for name, values := range chartValueSets {
+		t.Run(name, func(t *testing.T) {
+			out := helm(t, ctx, append([]string{"template", "e2e-dry-run", chartDir(), "-n", env.namespace}, values...)...)
+			cmd := exec.CommandContext(ctx, env.cluster.Kubectl, "--kubeconfig", env.cluster.Kubeconfig,
+				"apply", "--dry-run=server", "-f", "-")
+			cmd.Stdin = strings.NewReader(out)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if got, err := cmd.Output(); err != nil {
+				t.Fatalf("kubectl apply --dry-run=server: %v\n%s\n%s", err, stderr.String(), got)
+			}
+		})
+	}
+}
+
+// The chart's webhook configuration is exactly what the controller defines.
+func TestChartWebhooks(t *testing.T) {
+	ctx := testContext(t)
+	out := helm(t, ctx, "template", "rel", chartDir(), "-n", "ns", "--set", "controller.webhook.failurePolicy=Ignore")
+	var got *admissionregistrationv1.ValidatingWebhookConfiguration
+	for _, doc := range strings.Split(out, "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		if err := yamlToObject(doc, obj); err != nil || obj.GetKind() != "ValidatingWebhookConfiguration" {
+			continue
+		}
+		got = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got == nil {
+		t.Fatal("the chart renders no ValidatingWebhookConfiguration")
+	}
+	want := webhook.Webhooks(driverName, admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "rel-gpu-dra-driver-controller", Path: ptr.To("/validate"), Port: ptr.To[int32](443)},
+	}, admissionregistrationv1.Ignore, 10)
+	if diff := cmp.Diff(want, got.Webhooks); diff != "" {
+		t.Errorf("chart webhooks differ from pkg/controller/webhook.Webhooks (-want +got):\n%s", diff)
+	}
+}
+
+// The admission policy is bound to the service account the plugin really runs as.
+func TestPolicyBoundToPluginServiceAccount(t *testing.T) {
+	ctx := testContext(t)
+	pod := pluginPod(t, ctx)
+	vaps, err := env.cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + env.release,
+	})
+	if err != nil || len(vaps.Items) != 1 {
+		t.Fatalf("want one ValidatingAdmissionPolicy of release %s: %v %d", env.release, err, len(vaps.Items))
+	}
+	user := "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName
+	found := false
+	for _, mc := range vaps.Items[0].Spec.MatchConditions {
+		found = found || strings.Contains(mc.Expression, `"`+user+`"`)
+	}
+	if !found {
+		t.Errorf("policy %s does not match the plugin's user %s: %+v", vaps.Items[0].Name, user, vaps.Items[0].Spec.MatchConditions)
+	}
+	if tc := vaps.Items[0].Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+		t.Errorf("policy type checking warnings: %+v", tc.ExpressionWarnings)
+	}
+}
+
+func yamlToObject(doc string, obj *unstructured.Unstructured) error {
+	return yaml.Unmarshal([]byte(doc), &obj.Object)
+}

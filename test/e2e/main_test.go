@@ -1,0 +1,115 @@
+// Package e2e runs the driver on a real cluster: the demo scenarios asserted in code,
+// unprepare on pod deletion, plugin restarts, helm upgrades, the chart against the
+// real API server, and the admission policy that keeps a node's plugin to its own
+// node's ResourceSlices.
+//
+// The tests need a cluster with the chart installed with simulated GPUs, on this
+// machine (they read the plugin's files on the node): `make e2e` brings one up,
+// installs the chart, runs them and tears it down. Without E2E=1 (or
+// E2E_KUBECONFIG) they are skipped.
+//
+// Settings (environment): E2E_KUBECONFIG (default $KUBECONFIG, else
+// /tmp/gdd/kubeconfig/admin.kubeconfig), E2E_RELEASE and E2E_NAMESPACE
+// (gpu-dra-driver), E2E_KUBELET_DIR (/tmp/gdd/kubelet), E2E_SIMULATE (dgxh100),
+// E2E_CDI_DIR (/var/run/cdi), HELM (helm from PATH).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+)
+
+const driverName = "gpu.dra.dev"
+
+// env is the cluster under test.
+var env struct {
+	cluster                  *scenarios.Cluster
+	runner                   *scenarios.Runner
+	release, namespace       string
+	kubeletDir, simulate     string
+	cdiDir, helm, repoRoot   string
+	node                     string
+	pluginSA                 string
+	pluginDataDir, stateFile string
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("E2E") != "1" && os.Getenv("E2E_KUBECONFIG") == "" {
+		fmt.Println("test/e2e: skipped: needs a cluster with the chart installed; run `make e2e`, or set E2E=1 (or E2E_KUBECONFIG) against a running local cluster")
+		os.Exit(0)
+	}
+	if err := setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "test/e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func getenv(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func setup() error {
+	_, file, _, _ := runtime.Caller(0)
+	env.repoRoot = filepath.Join(filepath.Dir(file), "..", "..")
+	env.release = getenv("E2E_RELEASE", "gpu-dra-driver")
+	env.namespace = getenv("E2E_NAMESPACE", "gpu-dra-driver")
+	env.kubeletDir = getenv("E2E_KUBELET_DIR", "/tmp/gdd/kubelet")
+	env.simulate = getenv("E2E_SIMULATE", "dgxh100")
+	env.cdiDir = getenv("E2E_CDI_DIR", "/var/run/cdi")
+	env.helm = getenv("HELM", "helm")
+	env.pluginDataDir = filepath.Join(env.kubeletDir, "plugins", driverName)
+	env.stateFile = filepath.Join(env.pluginDataDir, "simulated-"+env.simulate, "nvml-state.json")
+
+	c, err := scenarios.Connect(os.Getenv("E2E_KUBECONFIG"))
+	if err != nil {
+		return err
+	}
+	env.cluster = c
+	env.runner = scenarios.NewRunner(c)
+	env.runner.Driver = driverName
+	env.runner.Timeout = 2 * time.Minute
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
+		if err == nil && len(slices.Items) > 0 && slices.Items[0].Spec.NodeName != nil {
+			env.node = *slices.Items[0].Spec.NodeName
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no ResourceSlices of %s: is the chart installed (make e2e)? last error: %v", driverName, err)
+		case <-time.After(time.Second):
+		}
+	}
+	dss, err := c.Client.AppsV1().DaemonSets(env.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=kubelet-plugin"})
+	if err != nil || len(dss.Items) == 0 {
+		return fmt.Errorf("no kubelet plugin DaemonSet in namespace %s: %v", env.namespace, err)
+	}
+	env.pluginSA = dss.Items[0].Spec.Template.Spec.ServiceAccountName
+	if _, err := os.Stat(env.stateFile); err != nil {
+		return fmt.Errorf("the simulated machine's state is not readable here (the tests run on the node): %w", err)
+	}
+	return nil
+}
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
