@@ -58,6 +58,10 @@ func TestPrepareDynamicMIG(t *testing.T) {
 		if uuid := env(spec, "NVIDIA_VISIBLE_DEVICES"); !strings.HasPrefix(uuid, "MIG-") {
 			t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want a MIG UUID", name, uuid)
 		}
+		again, err := p.Kubelet.PrepareOne(ctx, claims[name])
+		if err != nil || !slices.Equal(ids, again) {
+			t.Errorf("%s: repeated prepare = %v, %v; want %v", name, again, err, ids)
+		}
 		caps := slices.IndexFunc(spec.Linux.Devices, func(d oci.LinuxDevice) bool { return strings.HasPrefix(d.Path, "/dev/nvidia-caps/nvidia-cap") })
 		if caps < 0 || !slices.ContainsFunc(spec.Linux.Devices, func(d oci.LinuxDevice) bool { return d.Path == "/dev/nvidia0" }) {
 			t.Errorf("%s: container lacks the parent GPU or MIG capability nodes: %v", name, devicePaths(spec))
