@@ -26,6 +26,8 @@ type Runner struct {
 	Settle time.Duration
 	// Logf, when set, reports progress.
 	Logf func(format string, args ...any)
+	// KubectlGPUPath is the kubectl-gpu binary (bin/kubectl-gpu after make build).
+	KubectlGPUPath string
 }
 
 // NewRunner returns a runner with the defaults.
@@ -213,13 +215,18 @@ func (r *Runner) PodEvents(ctx context.Context, ns, pod string) ([]string, error
 // Cleanup deletes the scenario's namespaces and waits until they are gone, so the
 // node's devices are unprepared and free for the next scenario.
 func (r *Runner) Cleanup(ctx context.Context, s *Scenario) error {
-	for _, ns := range s.Namespaces() {
+	return r.DeleteNamespaces(ctx, s.Namespaces()...)
+}
+
+// DeleteNamespaces deletes the namespaces and waits until they are gone.
+func (r *Runner) DeleteNamespaces(ctx context.Context, namespaces ...string) error {
+	for _, ns := range namespaces {
 		err := r.Cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
-	for _, ns := range s.Namespaces() {
+	for _, ns := range namespaces {
 		err := r.poll(ctx, "namespace "+ns+" deleted", func(ctx context.Context) (bool, error) {
 			_, err := r.Cluster.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
