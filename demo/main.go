@@ -4,9 +4,15 @@
 // claims, allocated devices and what the container sees (GPU environment, device
 // nodes, nvidia-smi -L, MPS pipe directory), checks that the container sees exactly
 // its allocated devices, prints the node's allocation summary and deletes the
-// scenario's namespace. It exits non-zero if any scenario fails.
+// scenario's namespace. Before the scenarios it shows the dra-controller (invalid GPU
+// configs refused at kubectl apply, GFD labels on the node) and device health (a
+// simulated XID taints the GPU in the ResourceSlice, keeps new claims off it, shows in
+// the pod status, and goes away after the recovery window); after each scenario it
+// checks that kubectl gpu reports the claims' allocations, and at the end it prints
+// the kubectl gpu tables with the last scenario still running. It exits non-zero if
+// any part fails.
 //
-//	go run ./demo [-specs demo/specs] [-run 03,04] [-keep-last] [-kubeconfig FILE]
+//	go run ./demo [-specs demo/specs] [-run controller,health,03,04] [-keep-last] [-kubeconfig FILE] [-kubectl-gpu bin/kubectl-gpu]
 package main
 
 import (
@@ -32,14 +38,24 @@ func main() {
 	run := flag.String("run", "", "Comma-separated scenario name prefixes to run (default all), e.g. 03,04.")
 	keepLast := flag.Bool("keep-last", false, "Leave the last scenario's objects in place for exploring with kubectl.")
 	timeout := flag.Duration("timeout", 3*time.Minute, "Timeout of each wait.")
+	kubectlGPU := flag.String("kubectl-gpu", "bin/kubectl-gpu", "kubectl-gpu binary (make build); empty skips the kubectl gpu checks and tables.")
+	xid := flag.Int("health-xid", 79, "XID the health part injects.")
+	recovery := flag.Duration("health-recovery-timeout", 2*time.Minute, "How long the health part waits for the taint to go (the chart's kubeletPlugin.health.recoveryWindow plus the plugin's 5 s probe).")
 	flag.Parse()
+	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := demo(ctx, *specs, *kubeconfig, *driver, *run, *keepLast, *timeout); err != nil {
+	if err := demo(ctx, *specs, *kubeconfig, *driver, *run, *keepLast, *timeout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+type options struct {
+	kubectlGPU string
+	xid        int
+	recovery   time.Duration
 }
 
 type outcome struct {
@@ -49,7 +65,7 @@ type outcome struct {
 	problems    []string
 }
 
-func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast bool, timeout time.Duration) error {
+func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast bool, timeout time.Duration, opts options) error {
 	all, err := scenarios.Load(specs)
 	if err != nil {
 		return err
@@ -60,7 +76,8 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 			selected = append(selected, s)
 		}
 	}
-	if len(selected) == 0 {
+	withController, withHealth := run == "" || matchesAny("controller", run), run == "" || matchesAny("health", run)
+	if len(selected) == 0 && !withController && !withHealth {
 		return fmt.Errorf("no scenario matches -run=%s", run)
 	}
 	cluster, err := scenarios.Connect(kubeconfig)
@@ -70,6 +87,13 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 	r := scenarios.NewRunner(cluster)
 	r.Driver, r.Timeout = driver, timeout
 	r.Logf = func(format string, args ...any) { fmt.Printf("  ... "+format+"\n", args...) }
+	if opts.kubectlGPU != "" {
+		if _, err := os.Stat(opts.kubectlGPU); err != nil {
+			fmt.Printf("(no %s: kubectl gpu checks and tables skipped; make build makes it)\n", opts.kubectlGPU)
+		} else {
+			r.KubectlGPUPath = opts.kubectlGPU
+		}
+	}
 
 	nodes, err := waitForSlices(ctx, r)
 	if err != nil {
@@ -78,10 +102,20 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 	fmt.Printf("Driver %s publishes devices on node(s) %s\n", driver, strings.Join(nodes, ", "))
 
 	var results []outcome
+	if withController {
+		results = append(results, controllerPart(ctx, r, nodes[0]))
+	}
+	if withHealth {
+		results = append(results, healthPart(ctx, r, nodes[0], opts))
+	}
 	for i, s := range selected {
 		res := runScenario(ctx, r, i+1, s)
 		results = append(results, res)
-		if keepLast && i == len(selected)-1 {
+		last := i == len(selected)-1
+		if last && r.KubectlGPUPath != "" {
+			results = append(results, kubectlGPUPart(ctx, r, nodes, s))
+		}
+		if keepLast && last {
 			fmt.Printf("  kept: kubectl get pods,resourceclaims -n %s\n", strings.Join(s.Namespaces(), ","))
 			continue
 		}
@@ -163,7 +197,98 @@ func runScenario(ctx context.Context, r *scenarios.Runner, n int, s *scenarios.S
 		}
 		scenarios.PrintNodeSummary(os.Stdout, n, gpus)
 	}
+	if r.KubectlGPUPath != "" {
+		problems, err := r.CheckKubectlGPU(ctx)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		if len(problems) == 0 {
+			fmt.Println("  kubectl gpu nodes -o json and kubectl gpu claims -A -o json match the ResourceClaims' allocations")
+		}
+		res.problems = append(res.problems, problems...)
+	}
 	res.took = time.Since(start)
+	return res
+}
+
+// controllerPart shows the dra-controller: kubectl apply refuses invalid GPU configs
+// with the webhook's message, admits a valid one, and the node carries GFD labels.
+func controllerPart(ctx context.Context, r *scenarios.Runner, node string) outcome {
+	start := time.Now()
+	res := outcome{name: "controller", title: "dra-controller: invalid configs refused at apply, GFD node labels"}
+	defer func() { res.took = time.Since(start) }()
+	fmt.Printf("\n=== %s\n", res.title)
+	fmt.Println("  # The admission webhook decodes and validates our opaque configs with the plugin's code, so a")
+	fmt.Println("  # bad claim fails at kubectl apply instead of at prepare, when a pod is already waiting.")
+	results, err := r.Admission(ctx)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	for _, a := range results {
+		fmt.Printf("  $ kubectl apply -f claim-%s.yaml   # %s\n", a.Case.Name, a.Case.Title)
+		for _, l := range strings.Split(a.Output, "\n") {
+			fmt.Printf("    %s\n", l)
+		}
+		if p := a.Problem(); p != "" {
+			res.problems = append(res.problems, p)
+		}
+	}
+	if err := r.CleanupController(ctx); err != nil {
+		res.err = err
+		return res
+	}
+	got, want, err := r.WaitGFDLabels(ctx, node)
+	fmt.Printf("  node %s labels written by dra-controller from the ResourceSlices (GFD names and values):\n", node)
+	for _, l := range scenarios.FormatLabels(got) {
+		fmt.Printf("    %s\n", l)
+	}
+	if err != nil {
+		res.problems = append(res.problems, scenarios.LabelDiff(got, want)...)
+	}
+	return res
+}
+
+// healthPart shows a simulated XID taking a GPU out of scheduling and coming back.
+func healthPart(ctx context.Context, r *scenarios.Runner, node string, opts options) outcome {
+	start := time.Now()
+	res := outcome{name: "health", title: fmt.Sprintf("health: a simulated XID %d taints the GPU, the pod status reports it, it recovers", opts.xid)}
+	defer func() { res.took = time.Since(start) }()
+	fmt.Printf("\n=== %s\n", res.title)
+	h, err := r.Health(ctx, node, opts.xid, opts.recovery, os.Stdout)
+	if err != nil {
+		res.err = err
+	} else {
+		res.problems = h.Problems()
+	}
+	if err := r.CleanupHealth(ctx); err != nil && res.err == nil {
+		res.err = err
+	}
+	return res
+}
+
+// kubectlGPUPart prints the kubectl gpu tables while scenario s still runs.
+func kubectlGPUPart(ctx context.Context, r *scenarios.Runner, nodes []string, s *scenarios.Scenario) outcome {
+	start := time.Now()
+	res := outcome{name: "kubectl-gpu", title: "kubectl gpu nodes | node | claims -A, with " + s.Name + " running"}
+	defer func() { res.took = time.Since(start) }()
+	fmt.Printf("\n=== %s\n", res.title)
+	cmds := [][]string{{"nodes"}}
+	for _, n := range nodes {
+		cmds = append(cmds, []string{"node", n})
+	}
+	cmds = append(cmds, []string{"claims", "-A"})
+	for _, args := range cmds {
+		fmt.Printf("  $ kubectl gpu %s\n", strings.Join(args, " "))
+		out, err := r.KubectlGPU(ctx, args...)
+		if err != nil {
+			res.problems = append(res.problems, err.Error())
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+			fmt.Printf("    %s\n", l)
+		}
+	}
 	return res
 }
 

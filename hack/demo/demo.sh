@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # make demo: builds the driver image (cached Go builds), brings up the local cluster
 # (hack/cluster, built once), installs the Helm chart with simulated DGX H100 GPUs,
-# runs every scenario of demo/specs with `go run ./demo` and tears the cluster down.
+# runs the demo (./demo: dra-controller admission and node labels, device health with a
+# simulated XID, every scenario of demo/specs, kubectl gpu) and tears the cluster down.
 #
-# Usage: hack/demo/demo.sh [demo flags, e.g. -run 03,04]
+# Usage: hack/demo/demo.sh [demo flags, e.g. -run controller,health,03,04]
 # Environment: KEEP=1 keeps the cluster and the last scenario running (then:
 #   source /tmp/gdd/env; kubectl get pods -A; hack/cluster/down.sh),
-#   DEMO_SIMULATE (dgxh100), GDD_STATE_DIR (/tmp/gdd), GDD_WAIT_FOR_CLUSTER (0).
+#   DEMO_SIMULATE (dgxh100), DEMO_HEALTH_RECOVERY_WINDOW (20s), GDD_STATE_DIR (/tmp/gdd), GDD_WAIT_FOR_CLUSTER (0).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
@@ -21,6 +22,7 @@ else
 fi
 # Compile before the cluster starts, so a build error costs no cluster start.
 go build -o bin/demo ./demo
+go build -o bin/ ./cmd/kubectl-gpu
 demo_up --set logVerbosity=2
 rc=0
 ./bin/demo "${args[@]}" || rc=$?

@@ -8,6 +8,9 @@ DEMO_RELEASE=${DEMO_RELEASE:-gpu-dra-driver}
 DEMO_NAMESPACE=${DEMO_NAMESPACE:-gpu-dra-driver}
 DEMO_SIMULATE=${DEMO_SIMULATE:-dgxh100}
 DEMO_CHART=deployments/helm/gpu-dra-driver
+# The plugin's --health-recovery-window in the demo and e2e: short, so the health part
+# sees a tainted GPU come back within a minute (the plugin's default is 10m).
+DEMO_HEALTH_RECOVERY_WINDOW=${DEMO_HEALTH_RECOVERY_WINDOW:-20s}
 # Seconds to wait for a cluster that someone else runs on this machine to go away
 # (only one can run); 0 fails at once.
 GDD_WAIT_FOR_CLUSTER=${GDD_WAIT_FOR_CLUSTER:-0}
@@ -48,9 +51,10 @@ demo_up() {
 # demo_install installs (or upgrades) the chart with simulated GPUs and waits for the
 # plugin to publish its slices.
 demo_install() {
-	demo_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE, kubeletDir=$GDD_STATE_DIR/kubelet)"
+	demo_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE, kubeletDir=$GDD_STATE_DIR/kubelet, health recovery window $DEMO_HEALTH_RECOVERY_WINDOW)"
 	helm upgrade --install "$DEMO_RELEASE" "$DEMO_CHART" -n "$DEMO_NAMESPACE" --create-namespace \
 		--set simulate="$DEMO_SIMULATE" --set kubeletDir="$GDD_STATE_DIR/kubelet" \
+		--set kubeletPlugin.health.recoveryWindow="$DEMO_HEALTH_RECOVERY_WINDOW" \
 		--wait --timeout 3m "$@" >/dev/null
 	local _
 	for _ in $(seq 1 120); do

@@ -11,7 +11,9 @@
 // Settings (environment): E2E_KUBECONFIG (default $KUBECONFIG, else
 // /tmp/gdd/kubeconfig/admin.kubeconfig), E2E_RELEASE and E2E_NAMESPACE
 // (gpu-dra-driver), E2E_KUBELET_DIR (/tmp/gdd/kubelet), E2E_SIMULATE (dgxh100),
-// E2E_CDI_DIR (/var/run/cdi), HELM (helm from PATH).
+// E2E_CDI_DIR (/var/run/cdi), HELM (helm from PATH), E2E_KUBECTL_GPU (bin/kubectl-gpu;
+// make build), E2E_HEALTH_RECOVERY_WINDOW (the chart's kubeletPlugin.health.recoveryWindow,
+// 20s in make e2e).
 package e2e
 
 import (
@@ -40,6 +42,7 @@ var env struct {
 	node                     string
 	pluginSA                 string
 	pluginDataDir, stateFile string
+	recoveryWindow           time.Duration
 }
 
 func TestMain(m *testing.M) {
@@ -81,6 +84,10 @@ func setup() error {
 	env.runner = scenarios.NewRunner(c)
 	env.runner.Driver = driverName
 	env.runner.Timeout = 2 * time.Minute
+	env.runner.KubectlGPUPath = getenv("E2E_KUBECTL_GPU", filepath.Join(env.repoRoot, "bin", "kubectl-gpu"))
+	if env.recoveryWindow, err = time.ParseDuration(getenv("E2E_HEALTH_RECOVERY_WINDOW", "20s")); err != nil {
+		return fmt.Errorf("E2E_HEALTH_RECOVERY_WINDOW: %w", err)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

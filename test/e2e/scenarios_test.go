@@ -15,8 +15,9 @@ import (
 )
 
 // TestScenarios runs every scenario of demo/specs, as `make demo` does, checks what
-// the demo checks (every container sees exactly its allocated devices) and then what
-// the scenario is about.
+// the demo checks (every container sees exactly its allocated devices), then what
+// the scenario is about, and that kubectl gpu nodes / claims -A (-o json) report the
+// claims' allocations.
 func TestScenarios(t *testing.T) {
 	all, err := scenarios.Load(filepath.Join(env.repoRoot, "demo", "specs"))
 	if err != nil {
@@ -53,6 +54,14 @@ func TestScenarios(t *testing.T) {
 				t.Fatalf("no assertions for scenario %s: add them to scenarioChecks", s.Name)
 			}
 			check(t, pods(reps))
+			// kubectl gpu reports exactly what the claims hold while the scenario runs.
+			problems, err := r.CheckKubectlGPU(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
 			if t.Failed() {
 				for _, rep := range reps {
 					var b strings.Builder
