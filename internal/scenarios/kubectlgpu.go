@@ -75,7 +75,9 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, "kubectl gpu: "+fmt.Sprintf(format, args...)) }
+	fail := func(format string, args ...any) {
+		problems = append(problems, "kubectl gpu: "+fmt.Sprintf(format, args...))
+	}
 
 	// What the claims say, per pool/GPU and per claim.
 	uses := map[string]*gpuUse{} // pool/minor
