@@ -7,7 +7,7 @@
 # Usage: hack/demo/demo.sh [demo flags, e.g. -run controller,health,03,04]
 # Environment: KEEP=1 keeps the cluster and the last scenario running (then:
 #   source /tmp/gdd/env; kubectl get pods -A; hack/cluster/down.sh),
-#   DEMO_SIMULATE (dgxh100), DEMO_HEALTH_RECOVERY_WINDOW (20s), GDD_STATE_DIR (/tmp/gdd), GDD_WAIT_FOR_CLUSTER (0).
+#   DEMO_SIMULATE (dgxh100), DEMO_HEALTH_RECOVERY_WINDOW (30s), GDD_STATE_DIR (/tmp/gdd), GDD_WAIT_FOR_CLUSTER (0).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh

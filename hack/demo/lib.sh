@@ -9,8 +9,8 @@ DEMO_NAMESPACE=${DEMO_NAMESPACE:-gpu-dra-driver}
 DEMO_SIMULATE=${DEMO_SIMULATE:-dgxh100}
 DEMO_CHART=deployments/helm/gpu-dra-driver
 # The plugin's --health-recovery-window in the demo and e2e: short, so the health part
-# sees a tainted GPU come back within a minute (the plugin's default is 10m).
-DEMO_HEALTH_RECOVERY_WINDOW=${DEMO_HEALTH_RECOVERY_WINDOW:-20s}
+# sees a tainted GPU come back within a minute; long enough to look at the pod status and a refused claim first (the plugin's default is 10m).
+DEMO_HEALTH_RECOVERY_WINDOW=${DEMO_HEALTH_RECOVERY_WINDOW:-30s}
 # Seconds to wait for a cluster that someone else runs on this machine to go away
 # (only one can run); 0 fails at once.
 GDD_WAIT_FOR_CLUSTER=${GDD_WAIT_FOR_CLUSTER:-0}
@@ -42,6 +42,7 @@ demo_up() {
 	image=$(hack/demo/image.sh)
 	demo_wait_no_cluster
 	demo_log "starting the local cluster (state dir $GDD_STATE_DIR)"
+	DEMO_STARTED_CLUSTER=1
 	hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --image "$PWD/$image" >/dev/null
 	# shellcheck disable=SC1091
 	source "$GDD_STATE_DIR/env"
@@ -68,7 +69,13 @@ demo_install() {
 	demo_die "the kubelet plugin published no ResourceSlices"
 }
 
+# demo_down stops the cluster, but only one that demo_up started: a script that failed
+# or was interrupted while waiting for someone else's cluster leaves that one alone.
 demo_down() {
+	if [[ ${DEMO_STARTED_CLUSTER:-} != 1 ]]; then
+		demo_log "not stopping the local cluster: this script did not start it"
+		return 0
+	fi
 	demo_log "stopping the local cluster"
 	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet || demo_log "down.sh failed; run hack/cluster/down.sh"
 }

@@ -145,8 +145,12 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	if err := r.healthPod(ctx, "probe", fmt.Sprintf(`device.attributes["%s"].uuid == "%s"`, r.Driver, res.UUID), nil); err != nil {
 		return res, err
 	}
-	// The victim's pod status, while the probe has time to be refused.
-	err = r.poll(ctx, "allocatedResourcesStatus of victim", func(ctx context.Context) (bool, error) {
+	probeCreated := time.Now()
+	// The victim's pod status, while the probe has time to be refused. Bounded, so
+	// the probe is looked at well before the recovery window ends.
+	short := *r
+	short.Timeout = 15 * time.Second
+	err = short.poll(ctx, "allocatedResourcesStatus of victim", func(ctx context.Context) (bool, error) {
 		lines, unhealthy, err := r.PodResourceHealth(ctx, HealthNamespace, "victim")
 		res.PodStatus = lines
 		return unhealthy, err
@@ -160,7 +164,7 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 			say("  %s", l)
 		}
 	}
-	if err := r.sleep(ctx, r.Settle); err != nil {
+	if err := r.sleep(ctx, time.Until(probeCreated.Add(r.Settle))); err != nil {
 		return res, err
 	}
 	probe, err := c.CoreV1().Pods(HealthNamespace).Get(ctx, "probe", metav1.GetOptions{})
@@ -208,7 +212,8 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	} else {
 		say("pod %s/probe: %v", HealthNamespace, err)
 	}
-	_ = r.poll(ctx, "allocatedResourcesStatus of victim healthy", func(ctx context.Context) (bool, error) {
+	short.Timeout = 30 * time.Second
+	_ = short.poll(ctx, "allocatedResourcesStatus of victim healthy", func(ctx context.Context) (bool, error) {
 		lines, unhealthy, err := r.PodResourceHealth(ctx, HealthNamespace, "victim")
 		res.PodStatusAfter = lines
 		return !unhealthy && len(lines) > 0, err

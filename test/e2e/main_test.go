@@ -13,7 +13,7 @@
 // (gpu-dra-driver), E2E_KUBELET_DIR (/tmp/gdd/kubelet), E2E_SIMULATE (dgxh100),
 // E2E_CDI_DIR (/var/run/cdi), HELM (helm from PATH), E2E_KUBECTL_GPU (bin/kubectl-gpu;
 // make build), E2E_HEALTH_RECOVERY_WINDOW (the chart's kubeletPlugin.health.recoveryWindow,
-// 20s in make e2e).
+// 30s in make e2e).
 package e2e
 
 import (
@@ -85,7 +85,7 @@ func setup() error {
 	env.runner.Driver = driverName
 	env.runner.Timeout = 2 * time.Minute
 	env.runner.KubectlGPUPath = getenv("E2E_KUBECTL_GPU", filepath.Join(env.repoRoot, "bin", "kubectl-gpu"))
-	if env.recoveryWindow, err = time.ParseDuration(getenv("E2E_HEALTH_RECOVERY_WINDOW", "20s")); err != nil {
+	if env.recoveryWindow, err = time.ParseDuration(getenv("E2E_HEALTH_RECOVERY_WINDOW", "30s")); err != nil {
 		return fmt.Errorf("E2E_HEALTH_RECOVERY_WINDOW: %w", err)
 	}
 
