@@ -110,7 +110,12 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			case "mig":
 				u.mig[d.Attributes["profile"]]++
 			case "timeslice", "mps":
-				u.shares[t]++
+				// A share consumes its "shares" capacity (1 when not recorded).
+				n := int64(1)
+				if q, ok := res.ConsumedCapacity["shares"]; ok {
+					n = q.Value()
+				}
+				u.shares[t] += n
 			default:
 				fail("claim %s: device %s/%s has unknown type %q", key, res.Pool, res.Device, t)
 			}
