@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -143,7 +144,10 @@ func (m *MPSManager) clientEnv(p devicePaths) []string {
 // stops it, and waits until the daemon accepts commands. Stale files of a
 // dead daemon are removed first.
 func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePaths) (int, error) {
-	if err := os.RemoveAll(p.pipe); err != nil {
+	// Empty the pipe directory but keep it: running containers bind-mount
+	// this very directory, and a daemon restarted after a plugin restart
+	// must be reachable through their mounts.
+	if err := emptyDir(p.pipe); err != nil {
 		return 0, fmt.Errorf("clean MPS pipe directory: %w", err)
 	}
 	for _, dir := range []string{p.pipe, p.log} {
@@ -206,6 +210,23 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 		return 0, fmt.Errorf("MPS control daemon did not accept commands on %s within %v%s",
 			filepath.Join(p.pipe, controlSocketName), m.opts.StartTimeout, logTail(logPath))
 	}
+}
+
+// emptyDir removes what dir holds, not dir itself; a missing dir is fine.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // control sends one command to the device's daemon the way an operator does:
