@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 IMAGE_REF ?= gdd.local/gpu-dra-driver:dev
 IMAGE_TAR ?= $(BIN)/gpu-dra-driver-image.tar
 
-.PHONY: help build test unit fuzz vet bench print-slices clean image demo e2e
+.PHONY: help build test check unit fuzz vet bench print-slices clean image demo e2e
 
 help: ## Show targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,8 +27,10 @@ unit: ## Unit, node (kubelet stand-in) and crash tests
 fuzz: ## Fuzz the parameter API decoder for $(FUZZTIME) (corpus checked in)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeDefaultValidate -fuzztime=$(FUZZTIME) ./api/gpu/v1beta1
 
-test: vet unit fuzz ## Everything CI runs (.ci/run)
+check: vet unit fuzz ## Everything that needs no cluster: vet, unit/node/crash tests, fuzzing (minutes)
 	cd hack/tools && $(GO) test -count=1 ./cmd/mkimage/...
+
+test: check e2e ## Everything CI runs (.ci/run): check, then the e2e suite on a local cluster
 
 bench: build ## Benchmarks, printed as a table (figures go to docs/performance.md)
 	./hack/bench.sh
