@@ -230,6 +230,9 @@ func controllerPart(ctx context.Context, r *scenarios.Runner, node string) outco
 		for _, l := range strings.Split(a.Output, "\n") {
 			fmt.Printf("    %s\n", l)
 		}
+		if a.APIError != "" {
+			fmt.Printf("    (the API server's message: %s)\n", a.APIError)
+		}
 		if p := a.Problem(); p != "" {
 			res.problems = append(res.problems, p)
 		}

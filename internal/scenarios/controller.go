@@ -9,7 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // ControllerNamespace is where the admission checks apply their claims.
@@ -55,7 +58,7 @@ spec:
 var AdmissionCases = []AdmissionCase{
 	{
 		Name: "mps-150", Title: "MPS defaultActiveThreadPercentage: 150 (out of range)",
-		Field: "spec.devices.config[0].opaque.parameters: sharing.mpsConfig.defaultActiveThreadPercentage",
+		Field: "sharing.mpsConfig.defaultActiveThreadPercentage",
 		YAML: fmt.Sprintf(admissionClaim, "mps-150", `            mpsConfig:
               defaultActiveThreadPercentage: 150`),
 	},
@@ -77,7 +80,14 @@ type AdmissionResult struct {
 	Case     AdmissionCase
 	Admitted bool
 	Output   string
+	// APIError is the API server's message for a server-side dry run of the same
+	// claim (kubectl shows the causes of an Invalid status, not who refused it).
+	APIError string
 }
+
+// configPath is where the rejections must point: the claim's first config.
+const configPath = "spec.devices.config[0].opaque.parameters"
+
 
 // Problem says what is wrong with the result ("" if nothing).
 func (a AdmissionResult) Problem() string {
@@ -86,10 +96,12 @@ func (a AdmissionResult) Problem() string {
 		return fmt.Sprintf("valid claim %s was refused: %s", a.Case.Name, a.Output)
 	case !a.Case.Valid && a.Admitted:
 		return fmt.Sprintf("invalid claim %s (%s) was admitted", a.Case.Name, a.Case.Title)
-	case !a.Case.Valid && !strings.Contains(a.Output, "admission webhook"):
-		return fmt.Sprintf("claim %s was refused, but not by the admission webhook: %s", a.Case.Name, a.Output)
-	case !a.Case.Valid && !strings.Contains(a.Output, a.Case.Field):
-		return fmt.Sprintf("claim %s: the message does not name %q: %s", a.Case.Name, a.Case.Field, a.Output)
+	case !a.Case.Valid && !strings.Contains(a.APIError, "admission webhook") || !a.Case.Valid && !strings.Contains(a.APIError, "denied the request"):
+		return fmt.Sprintf("claim %s was refused, but not by the admission webhook: %s", a.Case.Name, a.APIError)
+	case !a.Case.Valid && (!strings.Contains(a.Output, a.Case.Field) || !strings.Contains(a.Output, configPath)):
+		return fmt.Sprintf("claim %s: kubectl's message does not name %s and %q: %s", a.Case.Name, configPath, a.Case.Field, a.Output)
+	case !a.Case.Valid && (!strings.Contains(a.APIError, a.Case.Field) || !strings.Contains(a.APIError, configPath)):
+		return fmt.Sprintf("claim %s: the API error does not name %s and %q: %s", a.Case.Name, configPath, a.Case.Field, a.APIError)
 	}
 	return ""
 }
@@ -105,8 +117,19 @@ func (r *Runner) Admission(ctx context.Context) ([]AdmissionResult, error) {
 	}
 	var out []AdmissionResult
 	for _, c := range AdmissionCases {
+		res := AdmissionResult{Case: c}
+		obj := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal([]byte(c.YAML), &obj.Object); err != nil {
+			return nil, err
+		}
+		_, err := r.Cluster.Dynamic.Resource(resourceapi.SchemeGroupVersion.WithResource("resourceclaims")).Namespace(ControllerNamespace).
+			Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			res.APIError = err.Error()
+		}
 		text, err := r.kubectl(ctx, c.YAML, "apply", "-f", "-")
-		out = append(out, AdmissionResult{Case: c, Admitted: err == nil, Output: strings.TrimSpace(text)})
+		res.Admitted, res.Output = err == nil, strings.TrimSpace(text)
+		out = append(out, res)
 	}
 	return out, nil
 }

@@ -90,14 +90,19 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	if err := r.WaitPodRunning(ctx, HealthNamespace, "victim"); err != nil {
 		return res, err
 	}
-	rep, err := r.InspectPod(ctx, HealthNamespace, "victim")
+	index, err := r.deviceIndex(ctx)
 	if err != nil {
 		return res, err
 	}
-	if len(rep.Claims) != 1 || len(rep.Claims[0].Devices) != 1 {
-		return res, fmt.Errorf("victim: want one allocated device, have %+v", rep.Claims)
+	claim, err := c.ResourceV1().ResourceClaims(HealthNamespace).Get(ctx, "victim", metav1.GetOptions{})
+	if err != nil {
+		return res, err
 	}
-	d := rep.Claims[0].Devices[0]
+	devs := allocatedDevices(claim, index)
+	if len(devs) != 1 {
+		return res, fmt.Errorf("victim: want one allocated device, have %+v", devs)
+	}
+	d := devs[0]
 	res.Share, res.UUID, res.GPU = d.Device, d.Attributes["uuid"], "gpu-"+d.GPU()
 	if res.Index, err = strconv.Atoi(d.Attributes["index"]); err != nil {
 		return res, fmt.Errorf("device %s has no index attribute: %v", d.Device, d.Attributes)
@@ -171,7 +176,7 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	if err != nil {
 		return res, err
 	}
-	claim, err := c.ResourceV1().ResourceClaims(HealthNamespace).Get(ctx, "probe", metav1.GetOptions{})
+	claim, err = c.ResourceV1().ResourceClaims(HealthNamespace).Get(ctx, "probe", metav1.GetOptions{})
 	if err != nil {
 		return res, err
 	}
