@@ -88,7 +88,6 @@ type AdmissionResult struct {
 // configPath is where the rejections must point: the claim's first config.
 const configPath = "spec.devices.config[0].opaque.parameters"
 
-
 // Problem says what is wrong with the result ("" if nothing).
 func (a AdmissionResult) Problem() string {
 	switch {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -55,6 +56,11 @@ type HealthResult struct {
 	ProbeRanAfterRecovery bool
 	// PodStatusAfter is the victim's allocatedResourcesStatus after recovery.
 	PodStatusAfter []string
+	// BystanderEvicted: the pod with a share of the GPU and no toleration was
+	// evicted (NoExecute); VictimKept: the tolerating pod still runs at the end.
+	BystanderEvicted, VictimKept bool
+	// KubectlGPUProblems: where kubectl gpu disagreed with the claims while tainted.
+	KubectlGPUProblems []string
 }
 
 // Health runs the health scenario on node, printing what happens to w:
@@ -83,7 +89,12 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	if err := r.waitServiceAccount(ctx, HealthNamespace); err != nil {
 		return res, err
 	}
-	tolerate := []resourceapi.DeviceToleration{{Key: HealthTaintKey, Operator: resourceapi.DeviceTolerationOpExists}}
+	// The device taint eviction controller honours only tolerations that name the
+	// NoExecute effect; the second one lets the claim be allocated on a NoSchedule GPU.
+	tolerate := []resourceapi.DeviceToleration{
+		{Key: HealthTaintKey, Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoExecute},
+		{Key: HealthTaintKey, Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	}
 	if err := r.healthPod(ctx, "victim", "", tolerate); err != nil {
 		return res, err
 	}
@@ -104,10 +115,25 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	}
 	d := devs[0]
 	res.Share, res.UUID, res.GPU = d.Device, d.Attributes["uuid"], "gpu-"+d.GPU()
-	if res.Index, err = strconv.Atoi(d.Attributes["index"]); err != nil {
-		return res, fmt.Errorf("device %s has no index attribute: %v", d.Device, d.Attributes)
+	// The NVML index is an attribute of the whole-GPU device.
+	whole := index[d.Driver+"/"+d.Pool+"/"+res.GPU]
+	if res.Index, err = strconv.Atoi(whole["index"]); err != nil {
+		return res, fmt.Errorf("device %s/%s has no index attribute: %v", d.Pool, res.GPU, whole)
 	}
 	say("pod %s/victim runs on %s with %s (a time-slicing share of %s, UUID %s); its request tolerates %s", HealthNamespace, node, res.Share, res.GPU, res.UUID, HealthTaintKey)
+	victim, err := c.CoreV1().Pods(HealthNamespace).Get(ctx, "victim", metav1.GetOptions{})
+	if err != nil {
+		return res, err
+	}
+	// A second pod on a share of the same GPU, without a toleration.
+	sameGPU := fmt.Sprintf(`device.attributes["%s"].uuid == "%s"`, r.Driver, res.UUID)
+	if err := r.healthPod(ctx, "bystander", sameGPU, nil); err != nil {
+		return res, err
+	}
+	if err := r.WaitPodRunning(ctx, HealthNamespace, "bystander"); err != nil {
+		return res, err
+	}
+	say("pod %s/bystander runs with another share of %s; its request has no toleration", HealthNamespace, res.GPU)
 
 	say("injecting XID %d into the simulated GPU %d: POST /simulate/event?gpu=%d&xid=%d on the plugin (API server pod proxy)", xid, res.Index, res.Index, xid)
 	start := time.Now()
@@ -147,7 +173,7 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	}
 
 	// A new claim for a share of the same GPU, without a toleration.
-	if err := r.healthPod(ctx, "probe", fmt.Sprintf(`device.attributes["%s"].uuid == "%s"`, r.Driver, res.UUID), nil); err != nil {
+	if err := r.healthPod(ctx, "probe", sameGPU, nil); err != nil {
 		return res, err
 	}
 	probeCreated := time.Now()
@@ -187,6 +213,15 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	for _, e := range res.ProbeEvents {
 		say("  event: %s", oneLine(e, 200))
 	}
+	err = short.poll(ctx, "bystander evicted", func(ctx context.Context) (bool, error) {
+		p, err := c.CoreV1().Pods(HealthNamespace).Get(ctx, "bystander", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && p.DeletionTimestamp != nil, err
+	})
+	res.BystanderEvicted = err == nil
+	say("pod %s/bystander evicted by the device taint eviction controller (NoExecute, no toleration): %v", HealthNamespace, res.BystanderEvicted)
 	if r.KubectlGPUPath != "" {
 		if out, err := r.KubectlGPU(ctx, "nodes"); err == nil {
 			res.NodesWhileTainted = out
@@ -196,6 +231,10 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 			}
 		} else {
 			say("kubectl gpu nodes: %v", err)
+		}
+		res.KubectlGPUProblems, err = r.CheckKubectlGPU(ctx)
+		if err != nil {
+			res.KubectlGPUProblems = append(res.KubectlGPUProblems, err.Error())
 		}
 	}
 
@@ -224,6 +263,9 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 		return !unhealthy && len(lines) > 0, err
 	})
 	say("pod %s/victim allocatedResourcesStatus: %s", HealthNamespace, strings.Join(res.PodStatusAfter, "; "))
+	after, err := c.CoreV1().Pods(HealthNamespace).Get(ctx, "victim", metav1.GetOptions{})
+	res.VictimKept = err == nil && after.UID == victim.UID && after.DeletionTimestamp == nil && after.Status.Phase == corev1.PodRunning
+	say("pod %s/victim, which tolerates the taint, still runs: %v", HealthNamespace, res.VictimKept)
 	return res, nil
 }
 
@@ -242,6 +284,13 @@ func (h *HealthResult) Problems() []string {
 	if h.PodStatusErr != nil {
 		out = append(out, fmt.Sprintf("the pod status does not report the device unhealthy: %v (have %v)", h.PodStatusErr, h.PodStatus))
 	}
+	if !h.BystanderEvicted {
+		out = append(out, "the pod without a toleration was not evicted")
+	}
+	if h.RecoveredAfter > 0 && !h.VictimKept {
+		out = append(out, "the pod that tolerates the taint did not keep running")
+	}
+	out = append(out, h.KubectlGPUProblems...)
 	if h.RecoveredAfter == 0 {
 		out = append(out, "the taint was not removed")
 	}
