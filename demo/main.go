@@ -213,9 +213,9 @@ func runScenario(ctx context.Context, r *scenarios.Runner, n int, s *scenarios.S
 
 // controllerPart shows the dra-controller: kubectl apply refuses invalid GPU configs
 // with the webhook's message, admits a valid one, and the node carries GFD labels.
-func controllerPart(ctx context.Context, r *scenarios.Runner, node string) outcome {
+func controllerPart(ctx context.Context, r *scenarios.Runner, node string) (res outcome) {
 	start := time.Now()
-	res := outcome{name: "controller", title: "dra-controller: invalid configs refused at apply, GFD node labels"}
+	res = outcome{name: "controller", title: "dra-controller: invalid configs refused at apply, GFD node labels"}
 	defer func() { res.took = time.Since(start) }()
 	fmt.Printf("\n=== %s\n", res.title)
 	fmt.Println("  # The admission webhook decodes and validates our opaque configs with the plugin's code, so a")
@@ -253,9 +253,9 @@ func controllerPart(ctx context.Context, r *scenarios.Runner, node string) outco
 }
 
 // healthPart shows a simulated XID taking a GPU out of scheduling and coming back.
-func healthPart(ctx context.Context, r *scenarios.Runner, node string, opts options) outcome {
+func healthPart(ctx context.Context, r *scenarios.Runner, node string, opts options) (res outcome) {
 	start := time.Now()
-	res := outcome{name: "health", title: fmt.Sprintf("health: a simulated XID %d taints the GPU, the pod status reports it, it recovers", opts.xid)}
+	res = outcome{name: "health", title: fmt.Sprintf("health: a simulated XID %d taints the GPU, the pod status reports it, it recovers", opts.xid)}
 	defer func() { res.took = time.Since(start) }()
 	fmt.Printf("\n=== %s\n", res.title)
 	h, err := r.Health(ctx, node, opts.xid, opts.recovery, os.Stdout)
@@ -271,9 +271,9 @@ func healthPart(ctx context.Context, r *scenarios.Runner, node string, opts opti
 }
 
 // kubectlGPUPart prints the kubectl gpu tables while scenario s still runs.
-func kubectlGPUPart(ctx context.Context, r *scenarios.Runner, nodes []string, s *scenarios.Scenario) outcome {
+func kubectlGPUPart(ctx context.Context, r *scenarios.Runner, nodes []string, s *scenarios.Scenario) (res outcome) {
 	start := time.Now()
-	res := outcome{name: "kubectl-gpu", title: "kubectl gpu nodes | node | claims -A, with " + s.Name + " running"}
+	res = outcome{name: "kubectl-gpu", title: "kubectl gpu nodes | node | claims -A, with " + s.Name + " running"}
 	defer func() { res.took = time.Since(start) }()
 	fmt.Printf("\n=== %s\n", res.title)
 	cmds := [][]string{{"nodes"}}
