@@ -21,12 +21,28 @@ demo_die() {
 	exit 1
 }
 
-# demo_wait_no_cluster waits until no kube-apiserver runs on this machine.
+# demo_cluster_pids prints the PIDs of cluster processes running on this machine.
+demo_cluster_pids() {
+	pgrep -x kube-apiserver
+	pgrep -x etcd
+	pgrep -x kubelet
+}
+
+# demo_wait_no_cluster waits until no cluster runs on this machine. The scripts of
+# hack/demo also take a lock for their whole run ($GDD_STATE_DIR.lock), so two of
+# them never start a cluster at the same time; other users of hack/cluster are seen
+# by their processes.
 demo_wait_no_cluster() {
 	local waited=0
-	while pgrep -x kube-apiserver >/dev/null; do
+	exec {DEMO_LOCK_FD}>"${GDD_STATE_DIR%/}.lock"
+	if ! flock -n "$DEMO_LOCK_FD"; then
+		demo_log "another hack/demo script runs; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it"
+		flock -w "$GDD_WAIT_FOR_CLUSTER" "$DEMO_LOCK_FD" ||
+			demo_die "another hack/demo script still runs after ${GDD_WAIT_FOR_CLUSTER}s (lock ${GDD_STATE_DIR%/}.lock)"
+	fi
+	while [[ -n $(demo_cluster_pids) ]]; do
 		if ((waited >= GDD_WAIT_FOR_CLUSTER)); then
-			demo_die "a Kubernetes cluster already runs on this machine (kube-apiserver pid $(pgrep -x kube-apiserver | tr '\n' ' ')); stop it with hack/cluster/down.sh if it is yours, or set GDD_WAIT_FOR_CLUSTER=<seconds> to wait for it"
+			demo_die "a Kubernetes cluster already runs on this machine (pids $(demo_cluster_pids | tr '\n' ' ')); stop it with hack/cluster/down.sh if it is yours, or set GDD_WAIT_FOR_CLUSTER=<seconds> to wait for it"
 		fi
 		((waited == 0)) && demo_log "another cluster runs on this machine; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it to stop"
 		sleep 10
@@ -37,13 +53,24 @@ demo_wait_no_cluster() {
 # demo_up builds the driver image, starts the cluster with it and installs the chart.
 # Extra arguments go to helm.
 demo_up() {
-	local image
+	local image log
 	demo_log "building the driver image"
 	image=$(hack/demo/image.sh)
 	demo_wait_no_cluster
 	demo_log "starting the local cluster (state dir $GDD_STATE_DIR)"
+	log=$(mktemp)
+	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --image "$PWD/$image" 2> >(tee "$log" >&2) >/dev/null; then
+		sleep 0.2 # let tee finish
+		# up.sh refuses before starting anything when someone else's cluster came up
+		# in the meantime: that one must not be torn down.
+		if ! grep -qE 'a cluster is running in|is in use by another process' "$log"; then
+			DEMO_STARTED_CLUSTER=1
+		fi
+		rm -f "$log"
+		demo_die "hack/cluster/up.sh failed"
+	fi
+	rm -f "$log"
 	DEMO_STARTED_CLUSTER=1
-	hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --image "$PWD/$image" >/dev/null
 	# shellcheck disable=SC1091
 	source "$GDD_STATE_DIR/env"
 	demo_install "$@"

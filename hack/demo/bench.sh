@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Benchmarks on the local cluster: pod-with-claim start latency (p50/p99 over 50 pods
+# on the real node with the real plugin) and scheduler throughput (200 pods with
+# claims) against simulated nodes publishing the full device model versus whole GPUs
+# only. Brings the cluster up, installs the chart, runs hack/demo/bench, tears down.
+#
+# Usage: hack/demo/bench.sh [bench flags: -latency-pods 50 -throughput-pods 200 -nodes 25]
+# Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=hack/demo/lib.sh
+source hack/demo/lib.sh
+export CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
+
+go build -o bin/bench ./hack/demo/bench
+[[ ${KEEP:-} == 1 ]] || trap demo_down EXIT
+# shellcheck disable=SC2119 # no extra helm arguments
+demo_up
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg), Kubernetes $(kubectl version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
+./bin/bench -plugin bin/dra-kubelet-plugin "$@"

@@ -1,0 +1,518 @@
+// Command bench measures the driver on the local cluster (hack/demo/bench.sh sets it
+// up):
+//
+//   - start latency: 50 pods, each with a one-GPU claim from a template, created one
+//     after the other on the real node with the real plugin; time from create to
+//     Running and Ready, split at the scheduler's bind;
+//   - scheduler throughput: 200 pods with one-GPU claims, created at once, against
+//     extra simulated nodes (Node objects, their Leases renewed, and the slices that
+//     `dra-kubelet-plugin --simulate --print-slices` prints), once for nodes publishing
+//     the full device model (whole GPUs, MIG placements, shares, counters) and once for
+//     nodes publishing whole GPUs only; time from the first create to the last bind.
+//
+// Nodes without a kubelet never run the pods: throughput measures scheduling
+// (allocation and binding) only.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+)
+
+const (
+	benchLabel = "bench.gpu.dra.dev/model"
+	image      = "gdd.local/demo:v1"
+)
+
+type config struct {
+	plugin, machine string
+	latencyPods     int
+	throughputPods  int
+	nodes           int
+	kubeconfig      string
+	skipLatency     bool
+	skipThroughput  bool
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.plugin, "plugin", "bin/dra-kubelet-plugin", "dra-kubelet-plugin binary, for --print-slices.")
+	flag.StringVar(&cfg.machine, "machine", "dgxh100", "Simulated machine of the extra nodes.")
+	flag.IntVar(&cfg.latencyPods, "latency-pods", 50, "Pods for the start latency.")
+	flag.IntVar(&cfg.throughputPods, "throughput-pods", 200, "Pods per scheduler throughput run.")
+	flag.IntVar(&cfg.nodes, "nodes", 25, "Extra simulated nodes per model (8 GPUs each).")
+	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Kubeconfig (default $KUBECONFIG, else the local cluster's).")
+	flag.BoolVar(&cfg.skipLatency, "skip-latency", false, "Skip the start latency.")
+	flag.BoolVar(&cfg.skipThroughput, "skip-throughput", false, "Skip the scheduler throughput.")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	cluster, err := scenarios.Connect(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cluster.Config.QPS, cluster.Config.Burst = 500, 1000
+	client, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		return err
+	}
+	b := &bench{client: client, runner: scenarios.NewRunner(cluster)}
+	if !cfg.skipLatency {
+		if err := b.latency(ctx, cfg.latencyPods); err != nil {
+			return fmt.Errorf("start latency: %w", err)
+		}
+	}
+	if !cfg.skipThroughput {
+		if err := b.throughput(ctx, cfg); err != nil {
+			return fmt.Errorf("scheduler throughput: %w", err)
+		}
+	}
+	return nil
+}
+
+type bench struct {
+	client kubernetes.Interface
+	runner *scenarios.Runner
+}
+
+// namespace creates a namespace with a one-GPU claim template.
+func (b *bench) namespace(ctx context.Context, name string) error {
+	if _, err := b.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := b.client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no default service account in %s", name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.dra.dev"}}},
+		}}},
+	}
+	_, err := b.client.ResourceV1().ResourceClaimTemplates(name).Create(ctx, tmpl, metav1.CreateOptions{})
+	return err
+}
+
+func (b *bench) deleteNamespace(ctx context.Context, name string) error {
+	// Pods bound to nodes without a kubelet never terminate by themselves.
+	_ = b.client.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	if err := b.client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		_, err := b.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s not deleted", name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// gpuPod is a pod with a one-GPU claim. Its grace period is 1 s, not 0: a pod
+// with 0 is removed from the API at once, before the kubelet has stopped it and
+// unprepared its claim, so the scheduler could hand its GPU to the next pod while
+// it is still prepared on the node (the next prepare then fails and the kubelet
+// retries only a minute later).
+func gpuPod(ns, name string, nodeSelector map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  nodeSelector,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
+			Containers: []corev1.Container{{
+				Name: "ctr", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "86400"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+}
+
+// latency creates pods one after the other on the real node, keeping at most 8
+// (one per GPU) alive, and measures create -> bound and create -> Running+Ready.
+func (b *bench) latency(ctx context.Context, n int) error {
+	const ns = "bench-latency"
+	nodes, err := b.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!" + benchLabel})
+	if err != nil || len(nodes.Items) == 0 {
+		return fmt.Errorf("no real node: %v", err)
+	}
+	node := nodes.Items[0].Name
+	if err := b.namespace(ctx, ns); err != nil {
+		return err
+	}
+	defer func() { _ = b.deleteNamespace(context.Background(), ns) }()
+	fmt.Printf("start latency: %d pods with a one-GPU claim, one after the other, on node %s\n", n, node)
+
+	w, err := b.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	events := make(chan *corev1.Pod, 1000)
+	go func() {
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted {
+				events <- pod
+			}
+		}
+		close(events)
+	}()
+
+	var bound, ready []time.Duration
+	var alive []string
+	for i := range n {
+		for len(alive) >= 8 { // every GPU is taken: free the oldest first
+			if err := b.client.CoreV1().Pods(ns).Delete(ctx, alive[0], metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			if err := b.waitGone(ctx, ns, alive[0]); err != nil {
+				return err
+			}
+			alive = alive[1:]
+		}
+		name := fmt.Sprintf("p%03d", i)
+		start := time.Now()
+		if _, err := b.client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, name, map[string]string{"kubernetes.io/hostname": node}), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		var tBound time.Duration
+		timeout := time.After(2 * time.Minute)
+	wait:
+		for {
+			select {
+			case pod, ok := <-events:
+				if !ok {
+					return errors.New("watch closed")
+				}
+				if pod.Name != name {
+					continue
+				}
+				if tBound == 0 && pod.Spec.NodeName != "" {
+					tBound = time.Since(start)
+				}
+				if pod.Status.Phase == corev1.PodRunning && podReady(pod) {
+					ready = append(ready, time.Since(start))
+					bound = append(bound, tBound)
+					break wait
+				}
+			case <-timeout:
+				return fmt.Errorf("pod %s not Running after 2m", name)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		alive = append(alive, name)
+	}
+	fmt.Printf("  %-34s p50 %7s  p99 %7s  min %7s  max %7s\n", "create -> bound (scheduler)", pct(bound, 50), pct(bound, 99), pct(bound, 0), pct(bound, 100))
+	fmt.Printf("  %-34s p50 %7s  p99 %7s  min %7s  max %7s\n", "create -> Running and Ready", pct(ready, 50), pct(ready, 99), pct(ready, 0), pct(ready, 100))
+	return nil
+}
+
+func (b *bench) waitGone(ctx context.Context, ns, name string) error {
+	for {
+		_, err := b.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func pct(d []time.Duration, p int) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i].Round(time.Millisecond).String()
+}
+
+// throughput registers the simulated nodes of both models, then schedules the pods
+// against each model in turn.
+func (b *bench) throughput(ctx context.Context, cfg config) error {
+	models := []struct{ name, policy string }{
+		{"full", ""},
+		{"whole-gpu", "default: {mig: \"off\", timeSlicing: {enabled: false}, mps: {enabled: false}}\n"},
+	}
+	var all []string
+	defer func() { b.removeNodes(context.Background(), all) }()
+	stats := map[string]string{}
+	for _, m := range models {
+		slices, err := printSlices(ctx, cfg.plugin, cfg.machine, m.policy)
+		if err != nil {
+			return err
+		}
+		devices := 0
+		for _, s := range slices("x") {
+			devices += len(s.Spec.Devices)
+		}
+		stats[m.name] = fmt.Sprintf("%d slices, %d devices per node", len(slices("x")), devices)
+		for i := range cfg.nodes {
+			name := fmt.Sprintf("sim-%s-%02d", m.name, i)
+			if err := b.addNode(ctx, name, m.name, slices(name)); err != nil {
+				return err
+			}
+			all = append(all, name)
+		}
+	}
+	stopLeases := b.renewLeases(ctx, all)
+	defer stopLeases()
+	fmt.Printf("\nscheduler throughput: %d pods with a one-GPU claim, created at once, on %d simulated %s nodes per model\n",
+		cfg.throughputPods, cfg.nodes, cfg.machine)
+	for _, m := range models {
+		ns := "bench-" + m.name
+		if err := b.namespace(ctx, ns); err != nil {
+			return err
+		}
+		d, err := b.schedule(ctx, ns, cfg.throughputPods, map[string]string{benchLabel: m.name})
+		_ = b.deleteNamespace(ctx, ns)
+		if err != nil {
+			return fmt.Errorf("model %s: %w", m.name, err)
+		}
+		fmt.Printf("  %-10s (%s): %d pods bound in %s = %.1f pods/s\n", m.name, stats[m.name], cfg.throughputPods,
+			d.Round(time.Millisecond), float64(cfg.throughputPods)/d.Seconds())
+	}
+	return nil
+}
+
+// printSlices runs the plugin's --print-slices once and returns a function that
+// renames the slices for a node.
+func printSlices(ctx context.Context, plugin, machine, policy string) (func(node string) []*resourceapi.ResourceSlice, error) {
+	args := []string{"--simulate=" + machine, "--node-name=NODE", "--print-slices"}
+	if policy != "" {
+		f, err := os.CreateTemp("", "bench-policy-*.yaml")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = os.Remove(f.Name()) }()
+		if _, err := f.WriteString(policy); err != nil {
+			return nil, err
+		}
+		_ = f.Close()
+		args = append(args, "--device-policy="+f.Name())
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, plugin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --print-slices: %w: %s", plugin, err, stderr.String())
+	}
+	return func(node string) []*resourceapi.ResourceSlice {
+		var res []*resourceapi.ResourceSlice
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(bytes.ReplaceAll(out, []byte("NODE"), []byte(node)))))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			s := &resourceapi.ResourceSlice{}
+			if err := yaml.Unmarshal(doc, s); err != nil || s.Spec.Driver == "" {
+				continue
+			}
+			res = append(res, s)
+		}
+		return res
+	}, nil
+}
+
+func (b *bench) addNode(ctx context.Context, name, model string, slices []*resourceapi.ResourceSlice) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		benchLabel: model, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+	}}}
+	node, err := b.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err = b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		node.Status = corev1.NodeStatus{
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("250"),
+			},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				Message: "simulated by hack/demo/bench", LastHeartbeatTime: now, LastTransitionTime: now}},
+		}
+		node.Status.Allocatable = node.Status.Capacity
+		_, err = b.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s status: %w", name, err)
+	}
+	for _, s := range slices {
+		s.Labels = map[string]string{benchLabel: model}
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}}
+		if _, err := b.client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("slice of %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// renewLeases keeps the simulated nodes' Leases fresh, so the node lifecycle
+// controller does not taint them unreachable.
+func (b *bench) renewLeases(ctx context.Context, nodes []string) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	renew := func() {
+		for _, n := range nodes {
+			leases := b.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+			now := metav1.NewMicroTime(time.Now())
+			l, err := leases.Get(ctx, n, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, _ = leases.Create(ctx, &coordinationv1.Lease{
+					ObjectMeta: metav1.ObjectMeta{Name: n},
+					Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+				}, metav1.CreateOptions{})
+				continue
+			}
+			if err == nil {
+				l.Spec.RenewTime = &now
+				_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
+			}
+		}
+	}
+	renew()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				renew()
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+func (b *bench) removeNodes(ctx context.Context, nodes []string) {
+	_ = b.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel})
+	for _, n := range nodes {
+		_ = b.client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		_ = b.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, n, metav1.DeleteOptions{})
+	}
+}
+
+// schedule creates n pods at once and returns the time from the first create to
+// the last bind.
+func (b *bench) schedule(ctx context.Context, ns string, n int, selector map[string]string) (time.Duration, error) {
+	w, err := b.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	start := time.Now()
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 50)
+	for i := range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			_, err := b.client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, fmt.Sprintf("p%03d", i), selector), metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	created := time.Since(start)
+	bound := map[string]bool{}
+	timeout := time.After(5 * time.Minute)
+	for len(bound) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, errors.New("watch closed")
+			}
+			if pod, ok := ev.Object.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+				bound[pod.Name] = true
+			}
+		case <-timeout:
+			pending, _ := b.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "").String()})
+			msg := ""
+			if pending != nil && len(pending.Items) > 0 {
+				evs, _ := b.runner.PodEvents(ctx, ns, pending.Items[0].Name)
+				msg = fmt.Sprint(evs)
+			}
+			return 0, fmt.Errorf("%d of %d pods bound after 5m (created in %s): %s", len(bound), n, created, msg)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return time.Since(start), nil
+}
