@@ -85,11 +85,10 @@ func (w *workload) verifyIntact(t *testing.T, ctx context.Context, when string) 
 	if _, ok := migUUIDs(t)[w.migUUID]; !ok {
 		t.Errorf("%s: MIG instance %s of the running mig pod is gone", when, w.migUUID)
 	}
+	// The restarted plugin restarts the MPS daemon in the pipe directory the
+	// container has bind-mounted, so MPS clients started now find it.
 	if out, err := env.cluster.Exec(ctx, w.ns, "mps", "ctr", "sh", "-c", `ls "$CUDA_MPS_PIPE_DIRECTORY"`); err != nil || !strings.Contains(out, "control") {
-		knownIssue(t, "%s: the MPS pod's pipe directory has no control socket (%v %q): the MPS control "+
-			"daemon runs in the plugin container's cgroup, so the runtime kills it with the plugin "+
-			"(hostPID does not help), and the restarted plugin replaces the pipe directory that "+
-			"running containers have bind-mounted", when, err, out)
+		t.Errorf("%s: the MPS pod's pipe directory has no control socket (%v %q)", when, err, out)
 	}
 }
 
@@ -217,16 +216,4 @@ func helm(t *testing.T, ctx context.Context, args ...string) string {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-// knownIssue reports a known bug of the plugin (not of the deployment): logged, and
-// failing the test only with E2E_STRICT=1, so the suite guards everything else
-// until the fix lands.
-func knownIssue(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("E2E_STRICT") == "1" {
-		t.Errorf(format, args...)
-		return
-	}
-	t.Logf("KNOWN ISSUE (set E2E_STRICT=1 to fail on it): "+format, args...)
 }
