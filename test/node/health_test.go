@@ -78,6 +78,8 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dirs, _, claims, _ := setup(t, map[string]int64{"held": 1})
+	// The pod using the claim, as the scheduler records it.
+	claims["held"].Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "trainer-0", UID: "pod-uid"}}
 	client := plugintest.FakeClient(nodeName, claims["held"])
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = client
@@ -130,8 +132,10 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	if want := fmt.Sprintf(`claim="%s"`, claims["held"].Name); !strings.Contains(string(body), want) {
-		t.Errorf("/metrics lacks the holder label %s", want)
+	for _, want := range []string{fmt.Sprintf(`claim="%s"`, claims["held"].Name), `pod="trainer-0"`, `namespace="default"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks the holder label %s", want)
+		}
 	}
 
 	// A restart keeps the GPU unhealthy until its window passes.
