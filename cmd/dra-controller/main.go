@@ -8,12 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/spf13/pflag"
-
-	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cliflags"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller"
@@ -28,30 +22,10 @@ func main() {
 
 func run() error {
 	var cfg controller.Config
-	fs := pflag.NewFlagSet("dra-controller", pflag.ContinueOnError)
-	cfg.AddFlags(fs)
-	logging := cliflags.AddLoggingFlags(fs)
-	cliflags.AddEnvToUsage(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
-			return nil
-		}
-		return err
-	}
-	if err := cliflags.ApplyEnv(fs, nil); err != nil {
-		return err
-	}
-	flush, err := logging.Apply()
-	defer flush()
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background().WithName("dra-controller"))
-	return controller.Run(ctx, &cfg)
+	return cliflags.Execute(cliflags.Command{
+		Name:     "dra-controller",
+		AddFlags: cfg.AddFlags,
+		Validate: cfg.Validate,
+		Run:      func(ctx context.Context) error { return controller.Run(ctx, &cfg) },
+	}, os.Args[1:])
 }

@@ -7,12 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/spf13/pflag"
-
-	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cliflags"
@@ -27,30 +21,10 @@ func main() {
 
 func run() error {
 	cfg := app.Config{Out: os.Stdout}
-	fs := pflag.NewFlagSet("dra-kubelet-plugin", pflag.ContinueOnError)
-	cfg.AddFlags(fs)
-	logging := cliflags.AddLoggingFlags(fs)
-	cliflags.AddEnvToUsage(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
-			return nil
-		}
-		return err
-	}
-	if err := cliflags.ApplyEnv(fs, nil); err != nil {
-		return err
-	}
-	flush, err := logging.Apply()
-	defer flush()
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background().WithName("dra-kubelet-plugin"))
-	return app.Run(ctx, &cfg)
+	return cliflags.Execute(cliflags.Command{
+		Name:     "dra-kubelet-plugin",
+		AddFlags: cfg.AddFlags,
+		Validate: cfg.Validate,
+		Run:      func(ctx context.Context) error { return app.Run(ctx, &cfg) },
+	}, os.Args[1:])
 }
