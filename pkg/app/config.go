@@ -35,9 +35,13 @@ type Config struct {
 	RegistrarDir  string
 	// CDIDir is where transient per-claim CDI specs are written.
 	CDIDir string
-	// DriverRoot is the host path under which the NVIDIA driver's device
-	// nodes and libraries are found ("/" on a plain node).
+	// DriverRoot is where the plugin finds the NVIDIA driver's device
+	// nodes, libraries and binaries ("/" on a plain node); HostDriverRoot
+	// is the same directory as the host sees it, named in CDI specs (empty:
+	// DriverRoot). They differ when a plugin container mounts the host's
+	// driver root elsewhere, e.g. a host-installed driver at /driver-root.
 	DriverRoot      string
+	HostDriverRoot  string
 	SysfsRoot       string
 	NVMLLibraryPath string
 
@@ -80,7 +84,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName), "Directory for the plugin socket, checkpoint and simulation state.")
 	fs.StringVar(&c.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for transient CDI specs, read by the container runtime.")
-	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Host path of the NVIDIA driver installation (device nodes, libraries, binaries).")
+	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Path of the NVIDIA driver installation (device nodes, libraries, binaries) as the plugin sees it.")
+	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "Path of the driver installation on the host, for the CDI specs the container runtime reads; default: --driver-root. Set it when the plugin runs in a container that mounts the host's driver root elsewhere, e.g. --driver-root=/driver-root --host-driver-root=/.")
 	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs, for PCIe root and NUMA attributes.")
 	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "YAML file saying what each GPU publishes: whole GPU, dynamic MIG, time-slicing and MPS shares and their count, with per-GPU overrides by minor or UUID (see docs/device-model.md). Empty publishes everything a GPU supports.")
@@ -101,6 +106,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DriverName == "" {
 		return fmt.Errorf("--driver-name must not be empty")
+	}
+	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
+		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)
 	}
 	if c.Simulate != "" {
 		known := false

@@ -15,9 +15,12 @@ import (
 // hardware is what the plugin needs from the node: NVML and the host paths
 // where the driver's files and sysfs live.
 type hardware struct {
-	nvml       nvml.Interface
-	driverRoot string
-	sysfsRoot  string
+	nvml nvml.Interface
+	// driverRoot is where the plugin reads the driver's files,
+	// hostDriverRoot where the host (the container runtime) has them.
+	driverRoot     string
+	hostDriverRoot string
+	sysfsRoot      string
 	// sim is set in simulation, for tests that inspect the simulated state.
 	sim *nvmlsim.Machine
 }
@@ -29,7 +32,7 @@ type hardware struct {
 // simDir holds the simulated machine's files; empty means the plugin data dir.
 func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, error) {
 	logger := klog.FromContext(ctx)
-	hw := &hardware{driverRoot: cfg.DriverRoot, sysfsRoot: cfg.SysfsRoot}
+	hw := &hardware{driverRoot: cfg.DriverRoot, hostDriverRoot: cfg.HostDriverRoot, sysfsRoot: cfg.SysfsRoot}
 	if cfg.Simulate == "" {
 		hw.nvml = nvml.New(nvml.WithLibraryPath(cfg.NVMLLibraryPath))
 	} else {
@@ -43,7 +46,9 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 			return nil, fmt.Errorf("simulate %q: %w", cfg.Simulate, err)
 		}
 		if hw.driverRoot == "" || hw.driverRoot == "/" {
+			// The plugin data dir is a host path mounted at the same path.
 			hw.driverRoot = filepath.Join(simDir, "driver-root")
+			hw.hostDriverRoot = hw.driverRoot
 		}
 		if hw.sysfsRoot == "" || hw.sysfsRoot == "/sys" {
 			hw.sysfsRoot = filepath.Join(simDir, "sys")
@@ -56,6 +61,9 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 		}
 		hw.nvml, hw.sim = m, m
 		logger.Info("Using simulated GPUs (for demos and tests only)", "machine", cfg.Simulate, "driverRoot", hw.driverRoot)
+	}
+	if hw.hostDriverRoot == "" {
+		hw.hostDriverRoot = hw.driverRoot
 	}
 	if ret := hw.nvml.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initialize NVML: %w", ret)

@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		PoolName:       cfg.NodeName,
 		NVML:           hw.nvml,
 		DriverRoot:     hw.driverRoot,
-		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files),
+		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, cdi.WithHostDriverRoot(hw.hostDriverRoot)),
 		TimeSlicing:    ts,
 		Health:         monitor,
 		Metrics:        metrics,

@@ -107,7 +107,10 @@ var (
 
 // specBuilder turns a claim and its devices into a CDI spec.
 type specBuilder struct {
+	// driverRoot is where this process reads the driver's files,
+	// hostDriverRoot where the container runtime finds them.
 	driverRoot       root
+	hostDriverRoot   root
 	files            *DriverFiles
 	containerLibDirs []string
 }
@@ -235,13 +238,13 @@ func (b *specBuilder) commonEdits(uuids []string) (cdispec.ContainerEdits, error
 		for _, dir := range b.containerLibDirs {
 			for _, name := range lib.Names {
 				edits.Mounts = append(edits.Mounts,
-					bindMount(b.driverRoot.join(lib.Path), path.Join(dir, name), readOnlyMountOptions))
+					bindMount(b.hostDriverRoot.join(lib.Path), path.Join(dir, name), readOnlyMountOptions))
 			}
 		}
 	}
 	for _, bin := range b.files.Binaries {
 		edits.Mounts = append(edits.Mounts,
-			bindMount(b.driverRoot.join(bin.Path), path.Join("/usr/bin", bin.Name), readOnlyMountOptions))
+			bindMount(b.hostDriverRoot.join(bin.Path), path.Join("/usr/bin", bin.Name), readOnlyMountOptions))
 	}
 	slices.SortStableFunc(edits.Mounts, func(a, b *cdispec.Mount) int {
 		return strings.Compare(a.ContainerPath, b.ContainerPath)
@@ -257,15 +260,16 @@ func (b *specBuilder) deviceNode(p string) (*cdispec.DeviceNode, error) {
 	if !path.IsAbs(p) {
 		return nil, fmt.Errorf("device node %s: path must be absolute", p)
 	}
-	hostPath := b.driverRoot.join(p)
-	fi, err := os.Stat(hostPath)
+	localPath := b.driverRoot.join(p)
+	fi, err := os.Stat(localPath)
 	if err != nil {
 		return nil, fmt.Errorf("device node: %w", err)
 	}
 	info, err := deviceInfo(fi)
 	if err != nil {
-		return nil, fmt.Errorf("device node %s: %w", hostPath, err)
+		return nil, fmt.Errorf("device node %s: %w", localPath, err)
 	}
+	hostPath := b.hostDriverRoot.join(p)
 	dn := &cdispec.DeviceNode{
 		Path:     p,
 		Type:     info.devType,

@@ -77,6 +77,19 @@ func WithContainerLibDirs(dirs ...string) Option {
 	return func(w *writer) { w.builder.containerLibDirs = slices.Clone(dirs) }
 }
 
+// WithHostDriverRoot sets where the host, and so the container runtime, sees
+// the driver root, when the plugin sees it elsewhere: a plugin container that
+// mounts a host-installed driver ("/") at /driver-root reads files below
+// /driver-root but must name /usr/lib/... and /dev/... in specs. Empty or
+// unset means the driver root the writer reads.
+func WithHostDriverRoot(hostRoot string) Option {
+	return func(w *writer) {
+		if hostRoot != "" {
+			w.builder.hostDriverRoot = root(hostRoot)
+		}
+	}
+}
+
 type writer struct {
 	specDir string
 	builder specBuilder
@@ -87,8 +100,9 @@ type writer struct {
 const specFileMode = 0o644
 
 // NewWriter returns a Writer that keeps specs in specDir (on the host,
-// usually DefaultSpecDir). driverRoot is the host directory the driver files
-// and device nodes are below; files describes the driver files in it.
+// usually DefaultSpecDir). driverRoot is the directory the driver files and
+// device nodes are below, as this process sees it (see WithHostDriverRoot);
+// files describes the driver files in it.
 func NewWriter(specDir, driverRoot string, files *DriverFiles, opts ...Option) Writer {
 	if driverRoot == "" {
 		driverRoot = "/"
@@ -100,6 +114,7 @@ func NewWriter(specDir, driverRoot string, files *DriverFiles, opts ...Option) W
 		specDir: specDir,
 		builder: specBuilder{
 			driverRoot:       root(driverRoot),
+			hostDriverRoot:   root(driverRoot),
 			files:            files,
 			containerLibDirs: defaultContainerLibDirs(runtime.GOARCH),
 		},

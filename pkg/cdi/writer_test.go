@@ -1,7 +1,9 @@
 package cdi
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path"
@@ -11,9 +13,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -96,7 +99,7 @@ func TestWriteClaimSpecAndInject(t *testing.T) {
 		"k8s.gpu.dra.dev/gpu=" + string(testClaimUID) + "-gpu-0",
 		"k8s.gpu.dra.dev/gpu=" + string(testClaimUID) + "-gpu-1-mig-1g10gb-21",
 	}
-	if diff := cmp.Diff(wantIDs, ids); diff != "" {
+	if diff := gocmp.Diff(wantIDs, ids); diff != "" {
 		t.Fatalf("CDI IDs (-want +got):\n%s", diff)
 	}
 	assertDir(t, specDir, "k8s.gpu.dra.dev-gpu_"+string(testClaimUID)+".json")
@@ -277,7 +280,7 @@ func TestListClaimSpecs(t *testing.T) {
 	for _, info := range infos {
 		uids = append(uids, info.Claim.UID)
 	}
-	if diff := cmp.Diff([]types.UID{other.UID, testClaimUID, garbledUID}, uids); diff != "" {
+	if diff := gocmp.Diff([]types.UID{other.UID, testClaimUID, garbledUID}, uids); diff != "" {
 		t.Fatalf("listed claims (-want +got):\n%s", diff)
 	}
 	if infos[2].Err == nil {
@@ -307,7 +310,7 @@ func TestListClaimSpecs(t *testing.T) {
 			UUIDs: []string{"MIG-bbbb"},
 		},
 	}
-	if diff := cmp.Diff(want, got.Devices, cmpIgnoreAnnotations); diff != "" {
+	if diff := gocmp.Diff(want, got.Devices, cmpIgnoreAnnotations); diff != "" {
 		t.Errorf("devices (-want +got):\n%s", diff)
 	}
 	if got.Devices[1].Annotations["gpu.dra.dev/mig-gi"] != "13" {
@@ -315,9 +318,9 @@ func TestListClaimSpecs(t *testing.T) {
 	}
 }
 
-var cmpIgnoreAnnotations = cmp.FilterPath(func(p cmp.Path) bool {
+var cmpIgnoreAnnotations = gocmp.FilterPath(func(p gocmp.Path) bool {
 	return p.Last().String() == ".Annotations"
-}, cmp.Ignore())
+}, gocmp.Ignore())
 
 func TestWriteClaimSpecErrors(t *testing.T) {
 	tests := map[string]struct {
@@ -437,6 +440,63 @@ func TestWithContainerLibDirs(t *testing.T) {
 	}
 }
 
+// TestWithHostDriverRoot: a plugin container that sees a host-installed driver
+// ("/") at another path reads the files there but names host paths in the
+// spec, with the device numbers of the files it read.
+func TestWithHostDriverRoot(t *testing.T) {
+	for name, host := range map[string]string{"host-installed driver": "/", "driver container root": "/run/nvidia/driver"} {
+		t.Run(name, func(t *testing.T) {
+			r, specDir, w := setup(t, WithHostDriverRoot(host))
+			ids, err := w.WriteClaimSpec(context.Background(), testClaim, testDevices())
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := inject(t, specDir, ids...)
+			assertDevices(t, spec, "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+				"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl")
+			var driverMounts int
+			for _, m := range spec.Mounts {
+				if m.Destination == "/run/mps" {
+					continue // a device mount, not a driver file
+				}
+				driverMounts++
+				if strings.HasPrefix(m.Source, r.dir) || !strings.HasPrefix(m.Source, path.Join(host, "usr")+"/") && !strings.HasPrefix(m.Source, path.Join(host, "opt")+"/") {
+					t.Errorf("mount %s from %s, want a source below the host driver root %s", m.Destination, m.Source, host)
+				}
+			}
+			if driverMounts == 0 {
+				t.Error("no driver file mounts")
+			}
+			raw, err := os.ReadFile(filepath.Join(specDir, "k8s.gpu.dra.dev-gpu_"+string(testClaimUID)+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(raw), r.dir) {
+				t.Errorf("the spec names the plugin's view of the driver root %s:\n%s", r.dir, raw)
+			}
+			// Device nodes name their host files: hostPath is left out when it
+			// equals the container path.
+			var parsed cdispec.Spec
+			if err := json.Unmarshal(raw, &parsed); err != nil {
+				t.Fatal(err)
+			}
+			var nodes int
+			for _, d := range parsed.Devices {
+				for _, n := range d.ContainerEdits.DeviceNodes {
+					nodes++
+					want := path.Join(host, n.Path)
+					if got := cmp.Or(n.HostPath, n.Path); got != want {
+						t.Errorf("device node %s has host path %s, want %s", n.Path, got, want)
+					}
+				}
+			}
+			if nodes == 0 {
+				t.Error("no device nodes in the spec")
+			}
+		})
+	}
+}
+
 func assertDevices(t *testing.T, spec *oci.Spec, paths ...string) {
 	t.Helper()
 	var got []string
@@ -447,7 +507,7 @@ func assertDevices(t *testing.T, spec *oci.Spec, paths ...string) {
 		}
 	}
 	slices.Sort(got)
-	if diff := cmp.Diff(paths, got); diff != "" {
+	if diff := gocmp.Diff(paths, got); diff != "" {
 		t.Errorf("device nodes (-want +got):\n%s", diff)
 	}
 	// Every node is allowed in the device cgroup.
@@ -468,7 +528,7 @@ func assertEnv(t *testing.T, spec *oci.Spec, want ...string) {
 	slices.Sort(got)
 	want = slices.Clone(want)
 	slices.Sort(want)
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}
 }
@@ -483,7 +543,7 @@ func assertDir(t *testing.T, dir string, names ...string) {
 	for _, e := range entries {
 		got = append(got, e.Name())
 	}
-	if diff := cmp.Diff(names, got); diff != "" {
+	if diff := gocmp.Diff(names, got); diff != "" {
 		t.Errorf("files in %s (-want +got):\n%s", dir, diff)
 	}
 }

@@ -20,9 +20,10 @@ import (
 // chartValueSets are the value combinations the chart must render and the API
 // server must accept.
 var chartValueSets = map[string][]string{
-	"defaults":  nil,
-	"simulated": {"--set", "simulate=dgxh100", "--set", "kubeletDir=/tmp/gdd/kubelet"},
-	"minimal":   {"--set", "controller.enabled=false,validatingAdmissionPolicy.enabled=false,deviceClasses.create=false,extendedResourceName="},
+	"defaults":    nil,
+	"simulated":   {"--set", "simulate=dgxh100", "--set", "kubeletDir=/tmp/gdd/kubelet"},
+	"host-driver": {"--set", "driverRoot=/"},
+	"minimal":     {"--set", "controller.enabled=false,validatingAdmissionPolicy.enabled=false,deviceClasses.create=false,extendedResourceName="},
 	"cert-manager": {"--set", "controller.webhook.certManager.enabled=true,controller.webhook.certManager.secretName=tls," +
 		"controller.webhook.certManager.certificate=ns/cert,controller.modelDeviceClasses=true,controller.replicas=1"},
 	"node-groups": {"--set-json", `devicePolicy={"default":{"timeSlicing":{"maxShares":8}},"gpus":{"0":{"wholeGPU":false}},` +

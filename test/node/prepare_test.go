@@ -130,6 +130,49 @@ func TestPrepareUnprepare(t *testing.T) {
 	}
 }
 
+// A plugin container that mounts the host's driver root elsewhere (a
+// host-installed driver at /driver-root) reads the driver there but names the
+// host's paths in the CDI spec the runtime reads.
+func TestPrepareNamesHostDriverRoot(t *testing.T) {
+	ctx := context.Background()
+	dirs, _, claims, _ := setup(t, map[string]int64{"one": 1})
+	const hostRoot = "/host/driver"
+	cfg := dirs.Config(machine, nodeName)
+	cfg.DriverRoot = filepath.Join(dirs.Root, "driver-root") // the plugin's view
+	cfg.HostDriverRoot = hostRoot
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["one"])
+	p, err := plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	ids, err := p.Kubelet.PrepareOne(ctx, claims["one"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := inject(t, dirs.CDI, ids)
+	if len(spec.Mounts) == 0 || len(spec.Linux.Devices) == 0 {
+		t.Fatalf("no driver mounts or device nodes: %+v", spec)
+	}
+	for _, m := range spec.Mounts {
+		if !strings.HasPrefix(m.Source, hostRoot+"/") {
+			t.Errorf("mount %s from %s, want a host path below %s", m.Destination, m.Source, hostRoot)
+		}
+	}
+	raw, err := os.ReadFile(specFiles(t, dirs.CDI, claims["one"])[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), cfg.DriverRoot) {
+		t.Errorf("the CDI spec names the plugin's view of the driver root %s", cfg.DriverRoot)
+	}
+	for _, d := range spec.Linux.Devices {
+		if !strings.Contains(string(raw), `"hostPath": "`+hostRoot+d.Path+`"`) {
+			t.Errorf("device node %s does not name host file %s%s", d.Path, hostRoot, d.Path)
+		}
+	}
+}
+
 func TestUnprepareAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	dirs, _, claims, start := setup(t, map[string]int64{"held": 1})
