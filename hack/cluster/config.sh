@@ -6,10 +6,19 @@
 # shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# gdd_abs makes a path given by the user absolute, relative to the directory the script
+# was started from (GDD_CALLER_DIR, set before the scripts cd to their own directory).
+gdd_abs() {
+	case $1 in
+	/*) realpath -m -- "$1" ;;
+	*) realpath -m -- "${GDD_CALLER_DIR:-$PWD}/$1" ;;
+	esac
+}
+
 # gdd_set_state_dir derives every path from the state directory. Unix socket paths
 # must stay below 108 bytes, so the state directory has to be short.
 gdd_set_state_dir() {
-	GDD_STATE_DIR=$(realpath -m "$1")
+	GDD_STATE_DIR=$(gdd_abs "$1")
 	S=$GDD_STATE_DIR
 	GDD_PKI=$S/pki
 	GDD_KUBECONFIG=$S/kubeconfig

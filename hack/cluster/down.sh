@@ -14,6 +14,7 @@
 # cache is not touched.
 set -euo pipefail
 
+GDD_CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=hack/cluster/config.sh
 source ./config.sh

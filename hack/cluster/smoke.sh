@@ -9,6 +9,7 @@
 # Environment: as for up.sh (GDD_STATE_DIR, ...).
 set -euo pipefail
 
+GDD_CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=hack/cluster/config.sh
 source ./config.sh

@@ -24,6 +24,7 @@
 # CONTAINERD_ADDRESS and CONTAINERD_NAMESPACE. Stop with hack/cluster/down.sh.
 set -euo pipefail
 
+GDD_CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=hack/cluster/config.sh
 source ./config.sh
@@ -33,7 +34,10 @@ source ./pki.sh
 clean=false
 build=true
 [[ ${GDD_NO_BUILD:-} == 1 ]] && build=false
-read -r -a extra_images <<<"${GDD_IMAGES_EXTRA:-}"
+extra_images=()
+for img in ${GDD_IMAGES_EXTRA:-}; do
+	extra_images+=("$(gdd_abs "$img")")
+done
 while (($#)); do
 	case $1 in
 	--state-dir)
@@ -45,7 +49,8 @@ while (($#)); do
 		shift
 		;;
 	--image)
-		extra_images+=("$(realpath "$2")")
+		extra_images+=("$(gdd_abs "$2")")
+		[[ -e ${extra_images[-1]} ]] || gdd_die "--image $2: ${extra_images[-1]} does not exist"
 		shift
 		;;
 	--clean) clean=true ;;
