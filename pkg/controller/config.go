@@ -82,6 +82,9 @@ type WebhookConfig struct {
 	ConfigurationName string
 	CAValidity        time.Duration
 	CertValidity      time.Duration
+	// CAPropagationDelay is how long a new CA is in the bundle before
+	// serving certificates it signed are used.
+	CAPropagationDelay time.Duration
 }
 
 // SelfManagedTLS reports whether the controller manages its own
@@ -118,6 +121,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Webhook.ConfigurationName, "webhook-configuration-name", "gpu-dra-driver-webhook", "Self-managed TLS: ValidatingWebhookConfiguration whose webhooks get the CA bundle; empty leaves it alone.")
 	fs.DurationVar(&c.Webhook.CAValidity, "ca-validity", certs.DefaultCAValidity, "Self-managed TLS: lifetime of the CA; a new one is made after two thirds of it.")
 	fs.DurationVar(&c.Webhook.CertValidity, "cert-validity", certs.DefaultCertValidity, "Self-managed TLS: lifetime of the serving certificate; a new one is made after two thirds of it.")
+	fs.DurationVar(&c.Webhook.CAPropagationDelay, "ca-propagation-delay", certs.DefaultPropagationDelay, "Self-managed TLS: how long a new CA is in the webhook configuration's bundle before serving certificates it signed are used, so that every API server trusts them.")
 
 	fs.BoolVar(&c.NodeLabels, "node-labels", true, "Label nodes with GPU Feature Discovery's labels, derived from the driver's ResourceSlices (leader only).")
 	fs.BoolVar(&c.ModelDeviceClasses, "model-device-classes", false, "Keep one DeviceClass per GPU model in the cluster, e.g. nvidia-h100-80gb-hbm3.<driver-name> (leader only).")
@@ -156,6 +160,9 @@ func (c *Config) Validate() error {
 			}
 			if w.CAValidity <= 0 || w.CertValidity <= 0 || w.CertValidity > w.CAValidity {
 				errs = append(errs, fmt.Errorf("--cert-validity (%v) must be positive and at most --ca-validity (%v)", w.CertValidity, w.CAValidity))
+			}
+			if w.CAPropagationDelay <= 0 {
+				errs = append(errs, fmt.Errorf("--ca-propagation-delay (%v) must be positive", w.CAPropagationDelay))
 			}
 		}
 	}

@@ -237,6 +237,7 @@ func certSource(client kubernetes.Interface, cfg *Config, m *metrics.Metrics) (c
 		DNSNames:          certs.ServiceDNSNames(w.ServiceName, cfg.Namespace, w.ClusterDomain),
 		CAValidity:        w.CAValidity,
 		CertValidity:      w.CertValidity,
+		PropagationDelay:  w.CAPropagationDelay,
 		Metrics:           m,
 	})
 }

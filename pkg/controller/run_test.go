@@ -57,6 +57,7 @@ func TestValidate(t *testing.T) {
 		"webhook only, files":          {args: []string{"--node-labels=false", "--tls-cert-file=c", "--tls-key-file=k"}},
 		"bad lease timing":             {args: []string{"--namespace=gpu", "--leader-elect-renew-deadline=20s"}, wantErr: "lease duration"},
 		"cert outlives CA":             {args: []string{"--namespace=gpu", "--cert-validity=30000h"}, wantErr: "--cert-validity"},
+		"no propagation delay":         {args: []string{"--namespace=gpu", "--ca-propagation-delay=0s"}, wantErr: "--ca-propagation-delay"},
 		"empty driver":                 {args: []string{"--namespace=gpu", "--driver-name="}, wantErr: "--driver-name"},
 		"negative grace":               {args: []string{"--namespace=gpu", "--model-device-class-grace-period=-1s"}, wantErr: "grace"},
 		"labels without leader choice": {args: []string{"--webhook=false", "--leader-elect=false"}},

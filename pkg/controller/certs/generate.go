@@ -110,10 +110,16 @@ func serialNumber() (*big.Int, error) {
 }
 
 // RotateAt is when a certificate is renewed: after two thirds of its
-// lifetime, so a third of it is left to retry failures.
+// lifetime, so a third of it is left to retry failures. The lifetime counts
+// from issuance, i.e. without the backdating of NotBefore: with it, a
+// certificate valid for less than 2.5 times the backdating would be due as
+// soon as it is made.
 func RotateAt(c *x509.Certificate) time.Time {
-	life := c.NotAfter.Sub(c.NotBefore)
-	return c.NotBefore.Add(life / 3 * 2)
+	issued := c.NotBefore.Add(backdate)
+	if !issued.Before(c.NotAfter) { // not one of ours
+		issued = c.NotBefore
+	}
+	return issued.Add(c.NotAfter.Sub(issued) / 3 * 2)
 }
 
 // parseCerts parses every CERTIFICATE block of a PEM bundle.

@@ -176,13 +176,16 @@ func (cfg *Config) plan(cur *state, in planInput) (*planResult, error) {
 		r.reasons = append(r.reasons, servingReason)
 	}
 
-	// When to look again.
-	r.recheckAt = earliest(RotateAt(active), RotateAt(s.serving.cert))
+	// When to look again. A certificate of an older CA is kept, even when
+	// due, until the active CA is trusted: look again then (or when it
+	// expires), not every second.
+	servingDue := RotateAt(s.serving.cert)
+	if signer != active {
+		servingDue = earliest(s.serving.cert.NotAfter, active.NotBefore.Add(backdate+cfg.PropagationDelay))
+	}
+	r.recheckAt = earliest(RotateAt(active), servingDue)
 	for _, c := range s.cas[1:] {
 		r.recheckAt = earliest(r.recheckAt, c.NotAfter)
-	}
-	if signer != active {
-		r.recheckAt = earliest(r.recheckAt, active.NotBefore.Add(backdate+cfg.PropagationDelay))
 	}
 	return r, nil
 }
