@@ -5,8 +5,8 @@
 //     after the other on the real node with the real plugin; time from create to
 //     Running and Ready, split at the scheduler's bind;
 //   - scheduler throughput: 200 pods with one-GPU claims, created at once, against
-//     extra simulated nodes (Node objects, their Leases renewed, and the slices that
-//     `dra-kubelet-plugin --simulate --print-slices` prints), once for nodes publishing
+//     extra simulated nodes (internal/fakenodes: Node objects, their Leases renewed, and
+//     the slices that `dra-kubelet-plugin --simulate --print-slices` prints), once for nodes publishing
 //     the full device model (whole GPUs, MIG placements, shares, counters) and once for
 //     nodes publishing whole GPUs only; time from the first create to the last bind.
 //
@@ -15,34 +15,25 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"sort"
-	"sync"
 	"syscall"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra-driver/internal/fakenodes"
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
 )
 
@@ -299,10 +290,10 @@ func (b *bench) throughput(ctx context.Context, cfg config) error {
 		{"whole-gpu", "default: {mig: \"off\", timeSlicing: {enabled: false}, mps: {enabled: false}}\n"},
 	}
 	var all []string
-	defer func() { b.removeNodes(context.Background(), all) }()
+	defer func() { _ = fakenodes.Remove(context.Background(), b.client, benchLabel, all) }()
 	stats := map[string]string{}
 	for _, m := range models {
-		slices, err := printSlices(ctx, cfg.plugin, cfg.machine, m.policy)
+		slices, err := fakenodes.PrintSlices(ctx, cfg.plugin, cfg.machine, m.policy)
 		if err != nil {
 			return err
 		}
@@ -313,13 +304,13 @@ func (b *bench) throughput(ctx context.Context, cfg config) error {
 		stats[m.name] = fmt.Sprintf("%d slices, %d devices per node", len(slices("x")), devices)
 		for i := range cfg.nodes {
 			name := fmt.Sprintf("sim-%s-%02d", m.name, i)
-			if err := b.addNode(ctx, name, m.name, slices(name)); err != nil {
+			if err := fakenodes.Add(ctx, b.client, name, map[string]string{benchLabel: m.name}, slices(name)); err != nil {
 				return err
 			}
 			all = append(all, name)
 		}
 	}
-	stopLeases := b.renewLeases(ctx, all)
+	stopLeases := fakenodes.RenewLeases(ctx, b.client, all)
 	defer stopLeases()
 	fmt.Printf("\nscheduler throughput: %d pods with a one-GPU claim, created at once, on %d simulated %s nodes per model\n",
 		cfg.throughputPods, cfg.nodes, cfg.machine)
@@ -344,134 +335,6 @@ func (b *bench) throughput(ctx context.Context, cfg config) error {
 		}
 	}
 	return nil
-}
-
-// printSlices runs the plugin's --print-slices once and returns a function that
-// renames the slices for a node.
-func printSlices(ctx context.Context, plugin, machine, policy string) (func(node string) []*resourceapi.ResourceSlice, error) {
-	args := []string{"--simulate=" + machine, "--node-name=NODE", "--print-slices"}
-	if policy != "" {
-		f, err := os.CreateTemp("", "bench-policy-*.yaml")
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = os.Remove(f.Name()) }()
-		if _, err := f.WriteString(policy); err != nil {
-			return nil, err
-		}
-		_ = f.Close()
-		args = append(args, "--device-policy="+f.Name())
-	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, plugin, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s --print-slices: %w: %s", plugin, err, stderr.String())
-	}
-	return func(node string) []*resourceapi.ResourceSlice {
-		var res []*resourceapi.ResourceSlice
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(bytes.ReplaceAll(out, []byte("NODE"), []byte(node)))))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			s := &resourceapi.ResourceSlice{}
-			if err := yaml.Unmarshal(doc, s); err != nil || s.Spec.Driver == "" {
-				continue
-			}
-			res = append(res, s)
-		}
-		return res
-	}, nil
-}
-
-func (b *bench) addNode(ctx context.Context, name, model string, slices []*resourceapi.ResourceSlice) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		benchLabel: model, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-	}}}
-	node, err := b.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err = b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		node.Status = corev1.NodeStatus{
-			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("250"),
-			},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-				Message: "simulated by hack/demo/bench", LastHeartbeatTime: now, LastTransitionTime: now}},
-		}
-		node.Status.Allocatable = node.Status.Capacity
-		_, err = b.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("node %s status: %w", name, err)
-	}
-	for _, s := range slices {
-		s.Labels = map[string]string{benchLabel: model}
-		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}}
-		if _, err := b.client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("slice of %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// renewLeases keeps the simulated nodes' Leases fresh, so the node lifecycle
-// controller does not taint them unreachable.
-func (b *bench) renewLeases(ctx context.Context, nodes []string) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	renew := func() {
-		for _, n := range nodes {
-			leases := b.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-			now := metav1.NewMicroTime(time.Now())
-			l, err := leases.Get(ctx, n, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				_, _ = leases.Create(ctx, &coordinationv1.Lease{
-					ObjectMeta: metav1.ObjectMeta{Name: n},
-					Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-				}, metav1.CreateOptions{})
-				continue
-			}
-			if err == nil {
-				l.Spec.RenewTime = &now
-				_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
-			}
-		}
-	}
-	renew()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				renew()
-			}
-		}
-	}()
-	return func() { cancel(); wg.Wait() }
-}
-
-func (b *bench) removeNodes(ctx context.Context, nodes []string) {
-	_ = b.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: benchLabel})
-	for _, n := range nodes {
-		_ = b.client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
-		_ = b.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, n, metav1.DeleteOptions{})
-	}
 }
 
 // schedule creates n pods at once and returns the time from the first create to
