@@ -80,6 +80,13 @@ func Run(ctx context.Context, cfg *Config) error {
 	if mps != nil { // a nil *MPSManager in the interface would not be nil
 		opts.MPS = mps
 	}
+	client, err := kubeClient(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.MetricsAddress != "" { // pods are looked up only for the container label
+		opts.Pods = client.CoreV1()
+	}
 	drv, err := driver.New(ctx, opts)
 	if err != nil {
 		return err
@@ -97,10 +104,6 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 	defer func() { <-monitor.Done() }() // before NVML shuts down
 
-	client, err := kubeClient(cfg)
-	if err != nil {
-		return err
-	}
 	helper, err := kubeletplugin.Start(ctx, drv,
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(cfg.NodeName),

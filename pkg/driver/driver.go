@@ -16,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -39,6 +40,9 @@ type Options struct {
 	Health Health
 	// Metrics records prepare/unprepare figures; nil records nothing.
 	Metrics *telemetry.DriverMetrics
+	// Pods, if set, is used in the background to find which containers use
+	// a prepared claim, for the container label of device metrics.
+	Pods corev1client.PodsGetter
 	// TimeSlicing and MPS set GPUs up for shares; nil refuses such shares.
 	TimeSlicing TimeSlicing
 	MPS         MPS
@@ -58,14 +62,15 @@ type Options struct {
 // parallel: the only node-wide lock guards the in-memory checkpoint and its
 // (short) save, never device work.
 type Driver struct {
-	opts    Options
-	locks   *keyedMutex
-	store   checkpoint.Store
+	opts  Options
+	locks *keyedMutex
+	store checkpoint.Store
 
 	// devices are the published devices by name; set once by SetDevices.
 	devices   map[string]*devicemodel.Published
 	published []devicemodel.Published
-	consumers consumers
+	// attribution names the pods and containers using each prepared claim.
+	attribution *telemetry.Attribution
 
 	mu sync.Mutex // guards cp and its persistence
 	cp *checkpoint.Checkpoint
@@ -86,10 +91,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		devices: map[string]*devicemodel.Published{},
 		locks:   newKeyedMutex(),
 		store:   checkpoint.NewFileStore(opts.CheckpointPath),
+
+		attribution: telemetry.NewAttribution(opts.Pods),
 	}
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
+	go d.attribution.Run(ctx)
 	return d, nil
 }
 
@@ -121,11 +129,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		start := time.Now()
-		d.consumers.record(claim)
 		devices, err := d.prepareClaim(ctx, claim)
 		d.observe(true, d.claimKind(claim.UID), start, err)
 		if err != nil {
 			err = fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		} else {
+			d.attribution.Record(ctx, claim)
 		}
 		result[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
 	}
@@ -139,12 +148,10 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		start, kind := time.Now(), d.claimKind(claim.UID)
 		err := d.unprepareClaim(ctx, claim)
 		d.observe(false, kind, start, err)
-		if err == nil {
-			d.consumers.forget(claim.UID)
-		}
 		if err != nil {
 			result[claim.UID] = fmt.Errorf("unprepare claim %s: %w", claim, err)
 		} else {
+			d.attribution.Forget(claim.UID)
 			result[claim.UID] = nil
 		}
 	}

@@ -24,6 +24,12 @@ const testDriver = "gpu.dra.dev"
 
 func newTestDriver(t *testing.T, hook func(string)) *Driver {
 	t.Helper()
+	return newTestDriverWith(t, Options{FaultHook: hook})
+}
+
+// newTestDriverWith fills in opts for a simulated DGX H100 node-1.
+func newTestDriverWith(t *testing.T, opts Options) *Driver {
+	t.Helper()
 	node := simnode.New(t, "dgxh100", "node-1")
 	root := t.TempDir()
 	driverRoot := filepath.Join(root, "driver")
@@ -34,13 +40,11 @@ func newTestDriver(t *testing.T, hook func(string)) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	d, err := New(ctx, Options{
-		DriverName: testDriver, PoolName: "node-1", NVML: node.Machine, DriverRoot: driverRoot,
-		CDI:            cdi.NewWriter(filepath.Join(root, "cdi"), driverRoot, files),
-		CheckpointPath: filepath.Join(root, "checkpoint.json"),
-		FaultHook:      hook,
-	})
+	ctx := t.Context()
+	opts.DriverName, opts.PoolName, opts.NVML, opts.DriverRoot = testDriver, "node-1", node.Machine, driverRoot
+	opts.CDI = cdi.NewWriter(filepath.Join(root, "cdi"), driverRoot, files)
+	opts.CheckpointPath = filepath.Join(root, "checkpoint.json")
+	d, err := New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,8 @@ package driver
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -34,38 +32,9 @@ func (d *Driver) HealthDevices() []health.Device {
 	return health.DevicesFromPublished(d.opts.PoolName, d.published, d.PreparedClaims())
 }
 
-// consumers remembers which pods use each prepared claim, for the holder
-// labels of device metrics. It is not persisted: after a restart the
-// labels return with the next prepare of the claim.
-type consumers struct {
-	mu    sync.Mutex
-	byUID map[types.UID][]telemetry.Consumer
-}
-
-func (c *consumers) record(claim *resourceapi.ResourceClaim) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byUID == nil {
-		c.byUID = map[types.UID][]telemetry.Consumer{}
-	}
-	c.byUID[claim.UID] = telemetry.ConsumersOf(claim)
-}
-
-func (c *consumers) forget(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.byUID, uid)
-}
-
-func (c *consumers) of(uid types.UID) []telemetry.Consumer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.byUID[uid]
-}
-
 // Holders implements telemetry.HolderSource.
 func (d *Driver) Holders() map[string][]telemetry.Holder {
-	return telemetry.HoldersFromClaims(d.PreparedClaims(), d.consumers.of)
+	return telemetry.HoldersFromClaims(d.PreparedClaims(), d.attribution.Consumers)
 }
 
 // claimKind is the metrics kind of a prepared claim ("" if not prepared).

@@ -1,15 +1,14 @@
 package telemetry
 
 import (
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 )
 
 // Holder is one user of a prepared device: the claim and, when known, the
-// pod and container using it. A shared GPU has one holder per claim (and
-// pod).
+// pod and container using it. A shared GPU has one holder per claim, pod
+// and container.
 type Holder struct {
 	// Device is the DRA device name the claim was allocated: gpu-0,
 	// gpu-0-ts, gpu-0-mps, gpu-0-mig-1g.10gb-6 or gpu-0-mig-gi2-ci0.
@@ -36,29 +35,21 @@ type HolderFunc func() map[string][]Holder
 // Holders implements HolderSource.
 func (f HolderFunc) Holders() map[string][]Holder { return f() }
 
-// Consumer is a pod (and container, if known) using a claim.
+// Consumer is a pod, and when known one of its containers, using a claim.
 type Consumer struct {
 	Pod       string
 	Container string
-}
-
-// ConsumersOf returns the pods a claim is reserved for
-// (status.reservedFor entries of resource "pods"). The container is left
-// empty: the claim does not say which container of the pod uses it.
-func ConsumersOf(claim *resourceapi.ResourceClaim) []Consumer {
-	var out []Consumer
-	for _, r := range claim.Status.ReservedFor {
-		if r.APIGroup == "" && r.Resource == "pods" {
-			out = append(out, Consumer{Pod: r.Name})
-		}
-	}
-	return out
+	// Requests, if set, limits the container to the devices allocated for
+	// these requests of the claim; nil means the whole claim.
+	Requests []string
 }
 
 // HoldersFromClaims builds the holder map from the checkpoint's claims.
-// consumers returns the pods using a claim (e.g. recorded with ConsumersOf
-// at prepare); nil or an empty result yields one holder without a pod.
-// Claims not completely prepared are skipped.
+// consumers returns the pods and containers using a claim (see
+// Attribution); nil or an empty result yields one holder without a pod. A
+// device gets one holder per container using it, and one without a
+// container for a pod none of whose known containers uses it. Claims not
+// completely prepared are skipped.
 func HoldersFromClaims(claims []checkpoint.PreparedClaim, consumers func(types.UID) []Consumer) map[string][]Holder {
 	out := map[string][]Holder{}
 	for _, c := range claims {
@@ -73,14 +64,34 @@ func HoldersFromClaims(claims []checkpoint.PreparedClaim, consumers func(types.U
 			users = []Consumer{{}}
 		}
 		for _, d := range c.Devices {
+			holders := deviceHolders(c, d, users)
 			for _, uuid := range d.UUIDs {
-				for _, u := range users {
-					out[uuid] = append(out[uuid], Holder{
-						Device: d.Device, Namespace: c.Namespace, Claim: c.Name,
-						Pod: u.Pod, Container: u.Container,
-					})
-				}
+				out[uuid] = append(out[uuid], holders...)
 			}
+		}
+	}
+	return out
+}
+
+// deviceHolders returns the holders of one device of claim c.
+func deviceHolders(c checkpoint.PreparedClaim, d checkpoint.PreparedDevice, users []Consumer) []Holder {
+	holder := func(pod, container string) Holder {
+		return Holder{Device: d.Device, Namespace: c.Namespace, Claim: c.Name, Pod: pod, Container: container}
+	}
+	var out []Holder
+	covered := map[string]bool{}
+	for _, u := range users {
+		if usesRequest(u.Requests, d.Request) {
+			out = append(out, holder(u.Pod, u.Container))
+			covered[u.Pod] = true
+		}
+	}
+	// The pod holds the device through its claim even if none of its
+	// containers uses it.
+	for _, u := range users {
+		if !covered[u.Pod] {
+			out = append(out, holder(u.Pod, ""))
+			covered[u.Pod] = true
 		}
 	}
 	return out

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
@@ -101,17 +100,5 @@ func TestHoldersFromClaims(t *testing.T) {
 	}
 	if _, ok := got["GPU-2"]; ok {
 		t.Error("a claim still being prepared has holders")
-	}
-}
-
-func TestConsumersOf(t *testing.T) {
-	claim := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{ReservedFor: []resourceapi.ResourceClaimConsumerReference{
-		{Resource: "pods", Name: "p1", UID: "1"},
-		{APIGroup: "batch", Resource: "jobs", Name: "j", UID: "2"},
-		{Resource: "pods", Name: "p2", UID: "3"},
-	}}}
-	got := ConsumersOf(claim)
-	if len(got) != 2 || got[0].Pod != "p1" || got[1].Pod != "p2" {
-		t.Errorf("consumers: %+v", got)
 	}
 }
