@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -58,6 +59,21 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	return 0
 }
 
+// scrape returns the plugin's /metrics.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s %v", resp.Status, err)
+	}
+	return string(body)
+}
+
 func injectEvent(t *testing.T, addr, query string) {
 	t.Helper()
 	resp, err := http.Post("http://"+addr+"/simulate/event?"+query, "", nil)
@@ -81,6 +97,20 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	// The pod using the claim, as the scheduler records it.
 	claims["held"].Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "trainer-0", UID: "pod-uid"}}
 	client := plugintest.FakeClient(nodeName, claims["held"])
+	// The pod: its trainer container uses the claim, its logger does not.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: claims["held"].Namespace, Name: "trainer-0", UID: "pod-uid"},
+		Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claims["held"].Name}},
+			Containers: []corev1.Container{
+				{Name: "trainer", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}},
+				{Name: "logger"},
+			},
+		},
+	}
+	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = client
 	cfg.MetricsAddress = freeAddress(t)
@@ -125,17 +155,20 @@ func TestHealthTaintsAndReports(t *testing.T) {
 		t.Errorf("a healthy GPU got tainted")
 	}
 
-	// Metrics carry the holder of the device.
-	resp, err := http.Get("http://" + cfg.MetricsAddress + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
+	// Metrics carry the holder of the device, down to the container using
+	// it once the plugin has looked up the pod.
+	var body string
+	eventually(t, 10*time.Second, "container label in /metrics", func() bool {
+		body = scrape(t, cfg.MetricsAddress)
+		return strings.Contains(body, `container="trainer"`)
+	})
 	for _, want := range []string{fmt.Sprintf(`claim="%s"`, claims["held"].Name), `pod="trainer-0"`, `namespace="default"`} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks the holder label %s", want)
 		}
+	}
+	if strings.Contains(body, `container="logger"`) {
+		t.Error("/metrics names a container that does not use the claim")
 	}
 
 	// A restart keeps the GPU unhealthy until its window passes.
