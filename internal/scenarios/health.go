@@ -356,25 +356,15 @@ func (r *Runner) PluginPod(ctx context.Context, node string) (*corev1.Pod, error
 // the API server's pod proxy (the plugin serves it on its metrics port under
 // --simulate): gpu=N&xid=X, or gpu=N&lost=true|false.
 func (r *Runner) SimulateEvent(ctx context.Context, node string, query map[string]string) error {
-	pod, err := r.PluginPod(ctx, node)
+	req, target, err := r.pluginProxy(ctx, node, r.Cluster.Client.CoreV1().RESTClient().Post(), "simulate", "event")
 	if err != nil {
 		return err
 	}
-	port := DefaultMetricsPort
-	for _, c := range pod.Spec.Containers {
-		for _, p := range c.Ports {
-			if p.Name == "metrics" {
-				port = int(p.ContainerPort)
-			}
-		}
-	}
-	req := r.Cluster.Client.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").
-		Name(fmt.Sprintf("%s:%d", pod.Name, port)).SubResource("proxy").Suffix("simulate", "event")
 	for k, v := range query {
 		req = req.Param(k, v)
 	}
 	if err := req.Do(ctx).Error(); err != nil {
-		return fmt.Errorf("POST /simulate/event on %s/%s:%d: %w", pod.Namespace, pod.Name, port, err)
+		return fmt.Errorf("POST /simulate/event on %s: %w", target, err)
 	}
 	return nil
 }
