@@ -87,11 +87,10 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 // (so they reflect the cleaned-up state) and hand them to SetDevices.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{
-		opts:    opts,
-		devices: map[string]*devicemodel.Published{},
-		locks:   newKeyedMutex(),
-		store:   checkpoint.NewFileStore(opts.CheckpointPath),
-
+		opts:        opts,
+		devices:     map[string]*devicemodel.Published{},
+		locks:       newKeyedMutex(),
+		store:       checkpoint.NewFileStore(opts.CheckpointPath),
 		attribution: telemetry.NewAttribution(opts.Pods),
 	}
 	if err := d.recover(ctx); err != nil {
