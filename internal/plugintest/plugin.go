@@ -10,17 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpu-dra/gpu-dra-driver/internal/fakeapi"
 	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
 )
@@ -69,15 +67,7 @@ func FakeClient(node string, claims ...*resourceapi.ResourceClaim) *fake.Clients
 		objs = append(objs, c)
 	}
 	client := fake.NewClientset(objs...)
-	// The fake object tracker ignores generateName, which the ResourceSlice
-	// controller uses; name objects the way the API server would.
-	var n atomic.Int64
-	client.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if obj, err := meta.Accessor(action.(k8stesting.CreateAction).GetObject()); err == nil && obj.GetName() == "" && obj.GetGenerateName() != "" {
-			obj.SetName(fmt.Sprintf("%s%05d", obj.GetGenerateName(), n.Add(1)))
-		}
-		return false, nil, nil
-	})
+	fakeapi.GenerateNames(client)
 	return client
 }
 

@@ -52,6 +52,14 @@ type Config struct {
 	// unix sockets live below it). MPSControl overrides the control program.
 	MPSDir     string
 	MPSControl string
+	// MPSDaemonImage, when set, runs the MPS control daemons as pods of
+	// this image on the node (owned by the plugin pod's DaemonSet), so
+	// that they survive the plugin's container; MPSDaemonPriorityClass is
+	// their priority class. PodName and PodNamespace name the plugin's pod.
+	MPSDaemonImage         string
+	MPSDaemonPriorityClass string
+	PodName                string
+	PodNamespace           string
 
 	// Health: XIDs that change nothing, quiet time before a GPU is healthy
 	// again, taint effects per reason; MetricsAddress serves /metrics.
@@ -91,6 +99,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "YAML file saying what each GPU publishes: whole GPU, dynamic MIG, time-slicing and MPS shares and their count, with per-GPU overrides by minor or UUID (see docs/device-model.md). Empty publishes everything a GPU supports.")
 	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
 	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
+	fs.StringVar(&c.MPSDaemonImage, "mps-daemon-image", "", "Run MPS control daemons as pods of this image (normally the plugin's own), bound to this node and owned by the plugin pod's DaemonSet, so that they survive plugin restarts; empty runs them as processes of the plugin, which die with its container.")
+	fs.StringVar(&c.MPSDaemonPriorityClass, "mps-daemon-priority-class", "", "Priority class of MPS control daemon pods.")
+	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
+	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
 	fs.StringVar(&c.IgnoredXIDs, "ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs), "XIDs that do not make a GPU unhealthy (application errors; see docs/health.md).")
 	fs.DurationVar(&c.HealthRecoveryWindow, "health-recovery-window", 10*time.Minute, "Quiet time after the last critical event before an unhealthy GPU is untainted; a GPU reset recovers at once, a lost GPU only when it answers again.")
 	fs.StringVar(&c.HealthTaintEffects, "health-taint-effects", "", "Taint effect per reason, e.g. GPULost=NoExecute,XID79=NoExecute,XID48=NoSchedule; reasons not listed get NoSchedule. Empty: the defaults of docs/health.md.")

@@ -48,7 +48,11 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("discover NVIDIA driver files under %s: %w", hw.driverRoot, err)
 	}
-	ts, mps, err := sharingManagers(ctx, cfg, hw)
+	client, err := kubeClient(cfg)
+	if err != nil {
+		return err
+	}
+	ts, mps, err := sharingManagers(ctx, cfg, hw, client)
 	if err != nil {
 		return err
 	}
@@ -79,10 +83,6 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 	if mps != nil { // a nil *MPSManager in the interface would not be nil
 		opts.MPS = mps
-	}
-	client, err := kubeClient(cfg)
-	if err != nil {
-		return err
 	}
 	if cfg.MetricsAddress != "" { // pods are looked up only for the container label
 		opts.Pods = client.CoreV1()

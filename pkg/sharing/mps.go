@@ -47,8 +47,10 @@ type MPSOptions struct {
 	ContainerPipeDir string
 	// Env are extra "NAME=value" variables for the control daemon and
 	// client, for example an LD_LIBRARY_PATH that finds the driver root's
-	// libraries. They are added to the plugin's environment.
+	// libraries. The client gets them on top of the plugin's environment.
 	Env []string
+	// Launcher starts the daemons; nil means ProcessLauncher.
+	Launcher DaemonLauncher
 	// StartTimeout bounds starting a daemon until it accepts commands;
 	// 0 means 10 seconds.
 	StartTimeout time.Duration
@@ -109,6 +111,9 @@ func NewMPSManager(opts MPSOptions) (*MPSManager, error) {
 	}
 	if opts.HostDir == "" {
 		opts.HostDir = opts.Dir
+	}
+	if opts.Launcher == nil {
+		opts.Launcher = ProcessLauncher{}
 	}
 	if opts.ContainerPipeDir == "" {
 		opts.ContainerPipeDir = DefaultContainerPipeDir
@@ -421,7 +426,25 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 			}
 		}
 	}
+	if pruner, ok := m.opts.Launcher.(DaemonPruner); ok {
+		if err := pruner.Prune(ctx, m.devicesInUse()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// devicesInUse are the names of the device directories that have state: the
+// devices whose daemons should run.
+func (m *MPSManager) devicesInUse() []string {
+	var names []string
+	entries, _ := os.ReadDir(m.opts.Dir)
+	for _, e := range entries {
+		if _, err := os.Stat(pathsIn(filepath.Join(m.opts.Dir, e.Name())).state); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
 
 func (m *MPSManager) reconcileDevice(ctx context.Context, uuid string, live []string) error {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,9 +26,6 @@ const (
 	pidFileName = "nvidia-cuda-mps-control.pid"
 	// controlSocketName is the unix socket the daemon accepts commands on.
 	controlSocketName = "control"
-	// startLogName collects what `nvidia-cuda-mps-control -d` and the
-	// daemon print; the daemon's own log is control.log.
-	startLogName = "start.log"
 )
 
 // pollInterval is how often daemon start and exit are checked.
@@ -118,31 +116,35 @@ func processRunning(pid int) bool {
 	return false
 }
 
-// baseEnv is the environment of the control binary: the plugin's, without
-// variables that would select other devices or another daemon, plus
-// MPSOptions.Env.
-func (m *MPSManager) baseEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if name == envVisibleDevices || strings.HasPrefix(name, "CUDA_MPS_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, m.opts.Env...)
-}
-
 // clientEnv is the environment of a control client that talks to the
-// device's daemon.
+// device's daemon: the plugin's, MPSOptions.Env and the daemon's directories.
 func (m *MPSManager) clientEnv(p devicePaths) []string {
-	return append(m.baseEnv(), envMPSPipeDirectory+"="+p.pipe, envMPSLogDirectory+"="+p.log)
+	return append(pluginEnv(), m.mpsEnv(p)...)
 }
 
-// startDaemon runs `<control binary> -d` for the device in a new session, so
-// that neither a signal to the plugin's process group nor the plugin's exit
-// stops it, and waits until the daemon accepts commands. Stale files of a
-// dead daemon are removed first.
+func (m *MPSManager) mpsEnv(p devicePaths) []string {
+	return append(slices.Clone(m.opts.Env), envMPSPipeDirectory+"="+p.pipe, envMPSLogDirectory+"="+p.log)
+}
+
+// daemon describes the daemon of the device whose files are at p; dev is
+// zero for a leftover daemon of an unknown device.
+func (m *MPSManager) daemon(dev DeviceRef, p devicePaths) Daemon {
+	name := filepath.Base(p.dir)
+	host := filepath.Join(m.opts.HostDir, name)
+	d := Daemon{
+		Name: name, Device: dev, Binary: m.opts.ControlBinary,
+		Env:     m.mpsEnv(p),
+		PipeDir: p.pipe, LogDir: p.log,
+		HostPipeDir: filepath.Join(host, "pipe"), HostLogDir: filepath.Join(host, "log"),
+	}
+	if dev.UUID != "" {
+		d.Env = append(d.Env, envVisibleDevices+"="+dev.UUID)
+	}
+	return d
+}
+
+// startDaemon starts the device's daemon with the launcher and waits until
+// it accepts commands. Stale files of a dead daemon are removed first.
 func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePaths) (int, error) {
 	// Empty the pipe directory but keep it: running containers bind-mount
 	// this very directory, and a daemon restarted after a plugin restart
@@ -155,42 +157,12 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 			return 0, fmt.Errorf("create MPS directory: %w", err)
 		}
 	}
-	logPath := filepath.Join(p.log, startLogName)
-	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return 0, fmt.Errorf("open MPS start log: %w", err)
-	}
-	// Files, not pipes: the daemon inherits them and outlives the command,
-	// so a pipe would never reach EOF.
-	cmd := exec.Command(m.opts.ControlBinary, "-d")
-	cmd.Env = append(m.clientEnv(p), envVisibleDevices+"="+dev.UUID)
-	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	_ = out.Close()
-	if err != nil {
-		return 0, fmt.Errorf("start %s -d: %w", m.opts.ControlBinary, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	timeout := time.NewTimer(m.opts.StartTimeout)
-	defer timeout.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			return 0, fmt.Errorf("%s -d: %w%s", m.opts.ControlBinary, err, logTail(logPath))
-		}
-	case <-timeout.C:
-		_ = cmd.Process.Kill()
-		<-done
-		return 0, fmt.Errorf("%s -d did not return within %v%s", m.opts.ControlBinary, m.opts.StartTimeout, logTail(logPath))
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-done
-		return 0, fmt.Errorf("start MPS control daemon: %w", ctx.Err())
-	}
-	for {
+	d := m.daemon(dev, p)
+	ctx, cancel := context.WithTimeoutCause(ctx, m.opts.StartTimeout,
+		fmt.Errorf("MPS control daemon did not accept commands on %s within %v", filepath.Join(p.pipe, controlSocketName), m.opts.StartTimeout))
+	defer cancel()
+	err := m.opts.Launcher.Launch(ctx, d)
+	for err == nil {
 		pid, running, responsive := m.daemonStatus(p)
 		if responsive {
 			return pid, nil
@@ -198,18 +170,20 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 		select {
 		case <-time.After(pollInterval):
 			continue
-		case <-timeout.C:
 		case <-ctx.Done():
 		}
 		if running {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("start MPS control daemon: %w", ctx.Err())
-		}
-		return 0, fmt.Errorf("MPS control daemon did not accept commands on %s within %v%s",
-			filepath.Join(p.pipe, controlSocketName), m.opts.StartTimeout, logTail(logPath))
+		err = fmt.Errorf("start MPS control daemon: %w%s", context.Cause(ctx), logTail(filepath.Join(p.log, startLogName)))
 	}
+	// Leave nothing behind, even when ctx was cancelled.
+	cleanupCtx, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), m.opts.StopTimeout)
+	defer cancelCleanup()
+	if cErr := m.opts.Launcher.Cleanup(cleanupCtx, d); cErr != nil {
+		err = errors.Join(err, cErr)
+	}
+	return 0, err
 }
 
 // emptyDir removes what dir holds, not dir itself; a missing dir is fine.
@@ -252,9 +226,18 @@ func (m *MPSManager) control(ctx context.Context, p devicePaths, command string)
 	return output, nil
 }
 
-// stopDaemon stops the device's daemon: `quit`, then SIGTERM and SIGKILL if
-// it does not exit in time. A daemon that is not running is not an error.
+// stopDaemon stops the device's daemon (see terminate) and has the launcher
+// remove what it leaves. A daemon that is not running is not an error.
 func (m *MPSManager) stopDaemon(ctx context.Context, p devicePaths) error {
+	if err := m.terminate(ctx, p); err != nil {
+		return err
+	}
+	return m.opts.Launcher.Cleanup(ctx, m.daemon(DeviceRef{}, p))
+}
+
+// terminate makes the device's daemon exit: `quit`, then SIGTERM and
+// SIGKILL.
+func (m *MPSManager) terminate(ctx context.Context, p devicePaths) error {
 	logger := klog.FromContext(ctx)
 	pid, running, _ := m.daemonStatus(p)
 	if !running {

@@ -24,6 +24,31 @@ type workload struct {
 	migUUID string
 	// specs holds each claim's CDI spec as prepared.
 	specs map[string][]byte
+	// mpsDaemon is the pod running the "mps" pod's MPS control daemon, and
+	// mpsPID the daemon's PID (its pid file, as the container sees it).
+	mpsUUID   string
+	mpsDaemon *corev1.Pod
+	mpsPID    string
+}
+
+// mpsPIDFile is the control daemon's pid file, in the MPS pipe directory.
+const mpsPIDFile = `"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"`
+
+// mpsDaemonPods are the MPS control daemon pods the plugin runs for the
+// device with this UUID.
+func mpsDaemonPods(t *testing.T, ctx context.Context, uuid string) []corev1.Pod {
+	t.Helper()
+	pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=mps-control-daemon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Annotations[driverName+"/device"] == uuid {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // startWorkload runs a whole-GPU, a MIG, a time-slicing and an MPS pod.
@@ -52,6 +77,23 @@ func startWorkload(t *testing.T, ctx context.Context, ns string) *workload {
 		}
 		w.specs[name] = spec
 	}
+	// The MPS daemon runs in a pod of its own, outside the plugin's container.
+	w.mpsUUID = containerEnv(t, ctx, w.pods["mps"], "NVIDIA_VISIBLE_DEVICES")
+	if err := poll(ctx, func(context.Context) (bool, error) {
+		daemons := mpsDaemonPods(t, ctx, w.mpsUUID)
+		if len(daemons) != 1 || daemons[0].Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		w.mpsDaemon = &daemons[0]
+		return true, nil
+	}); err != nil {
+		t.Fatalf("want one running MPS control daemon pod for %s, have %+v", w.mpsUUID, mpsDaemonPods(t, ctx, w.mpsUUID))
+	}
+	pid, err := env.cluster.Exec(ctx, ns, "mps", "ctr", "sh", "-c", "cat "+mpsPIDFile)
+	if err != nil || strings.TrimSpace(pid) == "" {
+		t.Fatalf("the mps pod sees no MPS control daemon pid file: %v %q", err, pid)
+	}
+	w.mpsPID = strings.TrimSpace(pid)
 	w.migUUID = containerEnv(t, ctx, w.pods["mig"], "NVIDIA_VISIBLE_DEVICES")
 	if _, ok := migUUIDs(t)[w.migUUID]; !ok {
 		t.Fatalf("the mig pod sees %q, not a MIG instance of the simulated machine", w.migUUID)
@@ -85,10 +127,17 @@ func (w *workload) verifyIntact(t *testing.T, ctx context.Context, when string) 
 	if _, ok := migUUIDs(t)[w.migUUID]; !ok {
 		t.Errorf("%s: MIG instance %s of the running mig pod is gone", when, w.migUUID)
 	}
-	// The restarted plugin restarts the MPS daemon in the pipe directory the
-	// container has bind-mounted, so MPS clients started now find it.
+	// The MPS daemon is the very one the container's CUDA processes were
+	// connected to: same pod, same process, control socket in place.
 	if out, err := env.cluster.Exec(ctx, w.ns, "mps", "ctr", "sh", "-c", `ls "$CUDA_MPS_PIPE_DIRECTORY"`); err != nil || !strings.Contains(out, "control") {
 		t.Errorf("%s: the MPS pod's pipe directory has no control socket (%v %q)", when, err, out)
+	}
+	if pid, err := env.cluster.Exec(ctx, w.ns, "mps", "ctr", "sh", "-c", "cat "+mpsPIDFile); err != nil || strings.TrimSpace(pid) != w.mpsPID {
+		t.Errorf("%s: the MPS control daemon's PID is %q (%v), was %s: the daemon was restarted", when, strings.TrimSpace(pid), err, w.mpsPID)
+	}
+	daemons := mpsDaemonPods(t, ctx, w.mpsUUID)
+	if len(daemons) != 1 || daemons[0].UID != w.mpsDaemon.UID || daemons[0].Status.Phase != corev1.PodRunning {
+		t.Errorf("%s: MPS control daemon pods %+v, want the running pod %s", when, daemons, w.mpsDaemon.Name)
 	}
 }
 
@@ -115,6 +164,11 @@ func (w *workload) verifyUnprepare(t *testing.T, ctx context.Context) {
 		return !ok, nil
 	}); err != nil {
 		t.Errorf("MIG instance %s still exists after its pod was deleted", w.migUUID)
+	}
+	if err := poll(ctx, func(context.Context) (bool, error) {
+		return len(mpsDaemonPods(t, ctx, w.mpsUUID)) == 0, nil
+	}); err != nil {
+		t.Errorf("MPS control daemon pods of %s left after the last MPS pod was deleted: %+v", w.mpsUUID, mpsDaemonPods(t, ctx, w.mpsUUID))
 	}
 }
 

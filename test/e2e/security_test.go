@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,6 +85,35 @@ func TestCrossNodeSliceWriteDenied(t *testing.T) {
 	// RBAC: nothing beyond what it needs, e.g. no reading Secrets.
 	if _, err := own.CoreV1().Secrets(env.namespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the plugin's service account may list Secrets: %v", err)
+	}
+}
+
+// TestMPSDaemonPodPolicy: the plugin's service account may create only MPS
+// control daemon pods, bound to its own node and running the driver's image
+// (ValidatingAdmissionPolicy), and only in the driver's namespace (RBAC).
+func TestMPSDaemonPodPolicy(t *testing.T) {
+	ctx := testContext(t)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	image := pluginPod(t, ctx).Spec.Containers[0].Image
+	daemonPod := func(node, image string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-mps-", Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
+		}
+	}
+	daemon := map[string]string{"app.kubernetes.io/component": "mps-control-daemon"}
+	own := pluginClient(t, env.node).CoreV1().Pods(env.namespace)
+	if _, err := own.Create(ctx, daemonPod(env.node, image, daemon), dryRun); err != nil {
+		t.Errorf("the plugin may not create an MPS daemon pod on its own node: %v", err)
+	}
+	_, err := own.Create(ctx, daemonPod("some-other-node", image, daemon), dryRun)
+	expectDenied(t, err, "may only manage pods bound to its own node", "create a daemon pod on another node")
+	_, err = own.Create(ctx, daemonPod(env.node, "registry.example/miner:latest", daemon), dryRun)
+	expectDenied(t, err, "must run the driver's image", "create a daemon pod of another image")
+	_, err = own.Create(ctx, daemonPod(env.node, image, nil), dryRun)
+	expectDenied(t, err, "may only manage MPS control daemon pods", "create a pod that is no MPS daemon")
+	if _, err := pluginClient(t, env.node).CoreV1().Pods("default").Create(ctx, daemonPod(env.node, image, daemon), dryRun); !apierrors.IsForbidden(err) {
+		t.Errorf("the plugin may create pods outside its namespace: %v", err)
 	}
 }
 

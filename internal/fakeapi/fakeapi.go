@@ -1,0 +1,156 @@
+// Package fakeapi adds to client-go's fake clientset what tests of the
+// driver need from a real cluster: names for objects created with
+// generateName, and a kubelet stand-in that runs pods as local processes.
+package fakeapi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// GenerateNames makes client name objects created with generateName the way
+// the API server does; the fake object tracker ignores generateName.
+func GenerateNames(client *fake.Clientset) {
+	var n atomic.Int64
+	client.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if obj, err := meta.Accessor(action.(k8stesting.CreateAction).GetObject()); err == nil && obj.GetName() == "" && obj.GetGenerateName() != "" {
+			i := n.Add(1)
+			obj.SetName(fmt.Sprintf("%s%05d", obj.GetGenerateName(), i))
+			if obj.GetUID() == "" {
+				obj.SetUID(types.UID(fmt.Sprintf("generated-uid-%05d", i)))
+			}
+		}
+		return false, nil, nil
+	})
+}
+
+// Kubelet runs the first container of every pod created in a namespace as
+// a local process (command and env only: no image, mounts or namespaces),
+// records its phase, and stops it (SIGTERM, then SIGKILL) when the pod is
+// deleted: enough to run pods whose work is a host process, such as MPS
+// control daemons in the host's PID namespace.
+type Kubelet struct {
+	client *fake.Clientset
+	ns     string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	procs map[types.UID]*os.Process
+	wg    sync.WaitGroup
+}
+
+// StartKubelet watches namespace ns of client.
+func StartKubelet(client *fake.Clientset, ns string) (*Kubelet, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	k := &Kubelet{client: client, ns: ns, cancel: cancel, done: make(chan struct{}), procs: map[types.UID]*os.Process{}}
+	go func() {
+		defer close(k.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				pod, isPod := ev.Object.(*corev1.Pod)
+				switch {
+				case !isPod:
+				case ev.Type == watch.Added:
+					k.run(pod)
+				case ev.Type == watch.Deleted:
+					k.kill(pod.UID)
+				}
+			}
+		}
+	}()
+	return k, nil
+}
+
+func (k *Kubelet) run(pod *corev1.Pod) {
+	c := pod.Spec.Containers[0]
+	cmd := exec.Command(c.Command[0], append(c.Command[1:], c.Args...)...)
+	cmd.Env = []string{}
+	for _, e := range c.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	phase := corev1.PodRunning
+	if err := cmd.Start(); err != nil {
+		phase = corev1.PodFailed
+	} else {
+		k.mu.Lock()
+		k.procs[pod.UID] = cmd.Process
+		k.mu.Unlock()
+		k.wg.Add(1)
+		go func() {
+			defer k.wg.Done()
+			exit := corev1.PodSucceeded
+			if cmd.Wait() != nil {
+				exit = corev1.PodFailed
+			}
+			k.mu.Lock()
+			delete(k.procs, pod.UID)
+			k.mu.Unlock()
+			k.setPhase(pod, exit)
+		}()
+	}
+	k.setPhase(pod, phase)
+}
+
+func (k *Kubelet) setPhase(pod *corev1.Pod, phase corev1.PodPhase) {
+	cur, err := k.client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil || cur.UID != pod.UID {
+		return
+	}
+	cur.Status.Phase = phase
+	_, _ = k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{})
+}
+
+func (k *Kubelet) kill(uid types.UID) {
+	k.mu.Lock()
+	p := k.procs[uid]
+	k.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	go func() {
+		time.Sleep(5 * time.Second)
+		_ = p.Kill()
+	}()
+}
+
+// Stop stops watching and kills the processes still running.
+func (k *Kubelet) Stop() {
+	k.cancel()
+	<-k.done
+	k.mu.Lock()
+	for _, p := range k.procs {
+		_ = p.Kill()
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
+}
