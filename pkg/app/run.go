@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		opts.MPS = mps
 	}
 	if cfg.MetricsAddress != "" { // pods are looked up only for the container label
-		opts.Pods = client.CoreV1()
+		opts.Pods, opts.Claims = client.CoreV1(), client.ResourceV1()
 	}
 	drv, err := driver.New(ctx, opts)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	resourceclient "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -43,6 +44,9 @@ type Options struct {
 	// Pods, if set, is used in the background to find which containers use
 	// a prepared claim, for the container label of device metrics.
 	Pods corev1client.PodsGetter
+	// Claims, if set with Pods, is used at start to find the pods of
+	// claims prepared before a restart, for the same labels.
+	Claims resourceclient.ResourceClaimsGetter
 	// TimeSlicing and MPS set GPUs up for shares; nil refuses such shares.
 	TimeSlicing TimeSlicing
 	MPS         MPS
@@ -97,6 +101,9 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	go d.attribution.Run(ctx)
+	if opts.Pods != nil && opts.Claims != nil {
+		go d.attributePrepared(ctx)
+	}
 	return d, nil
 }
 

@@ -4,9 +4,15 @@ import (
 	"context"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
@@ -35,6 +41,43 @@ func (d *Driver) HealthDevices() []health.Device {
 // Holders implements telemetry.HolderSource.
 func (d *Driver) Holders() map[string][]telemetry.Holder {
 	return telemetry.HoldersFromClaims(d.PreparedClaims(), d.attribution.Consumers)
+}
+
+// attributePrepared records the pods of the claims a previous run
+// prepared: the kubelet does not prepare them again while their pods run,
+// so without this their device metrics would lose the pod and container
+// labels after every plugin restart. Claims are read once each, retrying
+// errors other than NotFound for about a minute.
+func (d *Driver) attributePrepared(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for _, c := range d.PreparedClaims() {
+		if c.State != checkpoint.PrepareCompleted {
+			continue
+		}
+		var claim *resourceapi.ResourceClaim
+		err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: 30 * time.Second},
+			func(ctx context.Context) (bool, error) {
+				var err error
+				claim, err = d.opts.Claims.ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+				switch {
+				case err == nil:
+					return true, nil
+				case apierrors.IsNotFound(err):
+					return false, err
+				default:
+					logger.V(4).Info("Reading a prepared claim for its pods, will retry", "claim", klog.KRef(c.Namespace, c.Name), "err", err)
+					return false, nil
+				}
+			})
+		switch {
+		case err != nil:
+			logger.V(2).Info("Pods of a claim prepared before the restart stay unknown", "claim", klog.KRef(c.Namespace, c.Name), "err", err)
+		case claim.UID != c.UID:
+			// The claim was deleted and made again: not the prepared one.
+		default:
+			d.attribution.Record(ctx, claim)
+		}
+	}
 }
 
 // claimKind is the metrics kind of a prepared claim ("" if not prepared).

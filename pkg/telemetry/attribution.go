@@ -31,8 +31,8 @@ const (
 // repeated; failed ones are retried with a per-pod exponential backoff. One
 // lookup runs at a time, so prepares never wait for the API server.
 //
-// Nothing is persisted: after a plugin restart the labels return with the
-// next prepare of the claim.
+// Nothing is persisted: after a restart the driver records again the claims
+// its checkpoint holds as prepared (driver.Options.Claims).
 type Attribution struct {
 	pods  corev1client.PodsGetter
 	queue workqueue.TypedRateLimitingInterface[podRef]

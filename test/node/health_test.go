@@ -180,5 +180,10 @@ func TestHealthTaintsAndReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "taint after restart", func() bool { return taintOn(t, client, held) != nil })
+	// The kubelet does not prepare the running pod's claim again: the
+	// restarted plugin finds its pod and container by itself.
+	eventually(t, 10*time.Second, "container label in /metrics after restart", func() bool {
+		return strings.Contains(scrape(t, cfg.MetricsAddress), `container="trainer"`)
+	})
 	eventually(t, 10*time.Second, "recovery after the window", func() bool { return taintOn(t, client, held) == nil })
 }
