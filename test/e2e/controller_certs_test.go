@@ -41,7 +41,7 @@ const (
 func TestControllerCertificateRotation(t *testing.T) {
 	ctx := testContext(t)
 	client := env.cluster.Client
-	secretName := controllerArg(t, ctx, "tls-secret-name")
+	secretName, vwcName := controllerArg(t, ctx, "tls-secret-name"), controllerArg(t, ctx, "webhook-configuration-name")
 	// Fresh long-lived material after the release is restored (cleanups run
 	// last in, first out).
 	t.Cleanup(func() {
@@ -61,7 +61,7 @@ func TestControllerCertificateRotation(t *testing.T) {
 	}
 	var first *tlsState
 	err := poll(ctx, func(ctx context.Context) (bool, error) {
-		first = readTLSState(ctx, t, secretName)
+		first = readTLSState(ctx, secretName, vwcName)
 		return first != nil && first.cas[0].NotAfter.Sub(time.Now()) <= rotationCAValidity, nil
 	})
 	if err != nil {
@@ -71,10 +71,10 @@ func TestControllerCertificateRotation(t *testing.T) {
 	waitWebhookRejects(t, ctx)
 	t.Logf("CA %s, serving certificate %s", describe(first.cas[0]), describe(first.serving))
 
-	stop := admitInLoop(ctx, t)
+	stop := admitInLoop(t, ctx)
 	var servingRenewed, caAdded, moved *tlsState
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*rotationCAValidity, true, func(ctx context.Context) (bool, error) {
-		s := readTLSState(ctx, t, secretName)
+		s := readTLSState(ctx, secretName, vwcName)
 		if s == nil {
 			return false, nil
 		}
@@ -138,8 +138,7 @@ func (s *tlsState) bundlesHold(cas ...*x509.Certificate) bool {
 
 // readTLSState reads the Secret and the webhook configuration; nil while the
 // Secret is missing or incomplete.
-func readTLSState(ctx context.Context, t *testing.T, secretName string) *tlsState {
-	t.Helper()
+func readTLSState(ctx context.Context, secretName, vwcName string) *tlsState {
 	secret, err := env.cluster.Client.CoreV1().Secrets(env.namespace).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil {
 		return nil
@@ -151,7 +150,7 @@ func readTLSState(ctx context.Context, t *testing.T, secretName string) *tlsStat
 	if len(s.cas) == 0 || s.serving == nil {
 		return nil
 	}
-	vwc, err := env.cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, controllerArg(t, ctx, "webhook-configuration-name"), metav1.GetOptions{})
+	vwc, err := env.cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, vwcName, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -214,7 +213,7 @@ func waitServed(t *testing.T, ctx context.Context, cert *x509.Certificate) {
 
 // admitInLoop dry-runs the invalid admission case every 200 ms until stop,
 // which returns how many the webhook rejected and what else happened.
-func admitInLoop(ctx context.Context, t *testing.T) (stop func() (ok int, failures []string)) {
+func admitInLoop(t *testing.T, ctx context.Context) (stop func() (ok int, failures []string)) {
 	c := admissionCase(t, invalidCase)
 	claim := caseClaim(t, c, "default")
 	ctx, cancel := context.WithCancel(ctx)
