@@ -79,9 +79,9 @@ func TestControllerWebhookFailurePolicy(t *testing.T) {
 			t.Fatalf("failurePolicy %s: the API server does not apply it: %v; last create: %v", policy, err, last)
 		}
 
-		for what, create := range create {
+		for what, do := range create {
 			name := strings.ReplaceAll(what, " ", "-") + "-" + strings.ToLower(string(policy))
-			err := create(ctx, name, metav1.CreateOptions{})
+			err := do(ctx, name, metav1.CreateOptions{})
 			switch {
 			case refused && err == nil:
 				t.Errorf("failurePolicy Fail, webhook unreachable: %s admitted", what)
