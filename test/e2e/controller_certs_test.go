@@ -122,7 +122,9 @@ type tlsState struct {
 	webhooks [][]byte
 }
 
-func (s *tlsState) signedBy(ca *x509.Certificate) bool { return s.serving.CheckSignatureFrom(ca) == nil }
+func (s *tlsState) signedBy(ca *x509.Certificate) bool {
+	return s.serving.CheckSignatureFrom(ca) == nil
+}
 
 // bundlesHold reports whether every webhook's caBundle holds all of cas.
 func (s *tlsState) bundlesHold(cas ...*x509.Certificate) bool {
