@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"fmt"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 )
@@ -17,6 +19,14 @@ import (
 // failurePolicy Fail. DeviceClasses are sent on CREATE and UPDATE. The
 // rules name resource.k8s.io/v1; matchPolicy Equivalent has the API server
 // convert requests made in other versions.
+//
+// Each webhook has one matchCondition: the API server calls it only for
+// objects with an opaque config for driverName, the only ones the handler
+// checks. So an outage of the controller under failurePolicy Fail refuses
+// only our objects, not claims without config or with other drivers'
+// configs. An UPDATE of a DeviceClass that drops our config is not sent
+// either: it leaves nothing to validate. No rule names DELETE, where object
+// is null.
 func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookClientConfig, failurePolicy admissionregistrationv1.FailurePolicyType, timeoutSeconds int32) []admissionregistrationv1.ValidatingWebhook {
 	rule := func(resources []string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
@@ -29,11 +39,12 @@ func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookCli
 			},
 		}
 	}
-	common := func(name string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
+	common := func(name, configs string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
 		return admissionregistrationv1.ValidatingWebhook{
 			Name:                    name,
 			ClientConfig:            clientConfig,
 			Rules:                   rules,
+			MatchConditions:         []admissionregistrationv1.MatchCondition{hasOurConfig(driverName, configs)},
 			FailurePolicy:           ptr.To(failurePolicy),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
@@ -42,7 +53,29 @@ func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookCli
 		}
 	}
 	return []admissionregistrationv1.ValidatingWebhook{
-		common("claims."+driverName, rule([]string{"resourceclaims", "resourceclaimtemplates"}, admissionregistrationv1.Create)),
-		common("deviceclasses."+driverName, rule([]string{"deviceclasses"}, admissionregistrationv1.Create, admissionregistrationv1.Update)),
+		common("claims."+driverName, claimConfigs, rule([]string{"resourceclaims", "resourceclaimtemplates"}, admissionregistrationv1.Create)),
+		common("deviceclasses."+driverName, classConfigs, rule([]string{"deviceclasses"}, admissionregistrationv1.Create, admissionregistrationv1.Update)),
+	}
+}
+
+// matchConditionName names the matchCondition of every webhook.
+const matchConditionName = "hasOpaqueConfigForDriver"
+
+// CEL expressions for the DeviceConfigs of an object, as optional lists: the
+// .? operator yields none where a field is absent, so objects without config
+// evaluate to false instead of failing (an evaluation error would apply the
+// failurePolicy). The claims webhook receives claims and templates.
+const (
+	claimConfigs = `(request.resource.resource == 'resourceclaimtemplates' ? object.?spec.?spec.?devices.?config : object.?spec.?devices.?config)`
+	classConfigs = `object.?spec.?config`
+)
+
+// hasOurConfig is the matchCondition that is true when the optional list
+// configs has an opaque config for driverName. Driver names are DNS
+// subdomains, which need no escaping in a CEL string.
+func hasOurConfig(driverName, configs string) admissionregistrationv1.MatchCondition {
+	return admissionregistrationv1.MatchCondition{
+		Name:       matchConditionName,
+		Expression: fmt.Sprintf(`%s.orValue([]).exists(c, c.?opaque.?driver.orValue('') == '%s')`, configs, driverName),
 	}
 }
