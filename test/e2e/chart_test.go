@@ -76,26 +76,29 @@ func TestChartWebhooks(t *testing.T) {
 	}
 }
 
-// The admission policy is bound to the service account the plugin really runs as.
+// The admission policies (ResourceSlices, MPS daemon pods) are bound to the
+// service account the plugin really runs as, and their CEL type-checks.
 func TestPolicyBoundToPluginServiceAccount(t *testing.T) {
 	ctx := testContext(t)
 	pod := pluginPod(t, ctx)
 	vaps, err := env.cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + env.release,
 	})
-	if err != nil || len(vaps.Items) != 1 {
-		t.Fatalf("want one ValidatingAdmissionPolicy of release %s: %v %d", env.release, err, len(vaps.Items))
+	if err != nil || len(vaps.Items) != 2 {
+		t.Fatalf("want the two ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
 	}
 	user := "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName
-	found := false
-	for _, mc := range vaps.Items[0].Spec.MatchConditions {
-		found = found || strings.Contains(mc.Expression, `"`+user+`"`)
-	}
-	if !found {
-		t.Errorf("policy %s does not match the plugin's user %s: %+v", vaps.Items[0].Name, user, vaps.Items[0].Spec.MatchConditions)
-	}
-	if tc := vaps.Items[0].Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
-		t.Errorf("policy type checking warnings: %+v", tc.ExpressionWarnings)
+	for _, vap := range vaps.Items {
+		found := false
+		for _, mc := range vap.Spec.MatchConditions {
+			found = found || strings.Contains(mc.Expression, `"`+user+`"`)
+		}
+		if !found {
+			t.Errorf("policy %s does not match the plugin's user %s: %+v", vap.Name, user, vap.Spec.MatchConditions)
+		}
+		if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+			t.Errorf("policy %s type checking warnings: %+v", vap.Name, tc.ExpressionWarnings)
+		}
 	}
 }
 
