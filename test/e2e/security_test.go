@@ -98,7 +98,7 @@ func TestMPSDaemonPodPolicy(t *testing.T) {
 	daemonPod := func(node, image string, labels map[string]string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-mps-", Labels: labels},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
 		}
 	}
 	daemon := map[string]string{"app.kubernetes.io/component": "mps-control-daemon"}

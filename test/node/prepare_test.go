@@ -289,7 +289,6 @@ func isDigits(s string) bool {
 	return strings.Trim(s, "0123456789") == ""
 }
 
-
 // A corrupt checkpoint is moved aside and the prepared claims are rebuilt
 // from the CDI specs; the plugin starts instead of crash-looping.
 func TestCorruptCheckpointRecovery(t *testing.T) {
