@@ -18,8 +18,10 @@ help: ## Show targets
 build: ## Build the binaries into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-vet: ## go vet
+vet: ## go vet, and gofmt finds nothing to change
 	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [[ -n $$unformatted ]]; then echo "gofmt -w these files: $$unformatted" >&2; exit 1; fi
 
 unit: ## Unit, node (kubelet stand-in) and crash tests
 	$(GO) test -count=1 ./...

@@ -113,7 +113,7 @@ func writeOCILayout(w *os.File, tag name.Tag, img v1.Image) error {
 			Digest:    digest,
 			Size:      int64(len(manifest)),
 			Annotations: map[string]string{
-				"io.containerd.image.name":         tag.Name(),
+				"io.containerd.image.name":          tag.Name(),
 				"org.opencontainers.image.ref.name": tag.TagStr(),
 			},
 		}},

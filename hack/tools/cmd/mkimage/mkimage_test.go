@@ -93,7 +93,9 @@ func TestRun(t *testing.T) {
 			if len(index.Manifests) != 1 || index.Manifests[0].Annotations["io.containerd.image.name"] != "gdd.local/test:v1" {
 				t.Fatalf("index.json: want one manifest named gdd.local/test:v1, got %s", files["index.json"])
 			}
-			var manifest struct{ Layers []struct{ Digest, MediaType string } }
+			var manifest struct {
+				Layers []struct{ Digest, MediaType string }
+			}
 			if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest[len("sha256:"):]], &manifest); err != nil {
 				t.Fatalf("manifest: %v", err)
 			}
