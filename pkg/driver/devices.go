@@ -78,7 +78,7 @@ func (d *Driver) prepareDevices(ctx context.Context, entry *checkpoint.PreparedC
 			if err := d.acquireShare(ctx, entry.UID, pd, inputs[i]); err != nil {
 				return err
 			}
-			if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+			if err := d.put(ctx, entry); err != nil {
 				return err
 			}
 		case pd.Kind == devicemodel.TypeGPU:
@@ -96,7 +96,7 @@ func (d *Driver) prepareDevices(ctx context.Context, entry *checkpoint.PreparedC
 			}
 			pd.MIG.GIID, pd.MIG.CIID = inst.GIID, inst.CIID
 			pd.UUIDs = []string{inst.UUID}
-			if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+			if err := d.put(ctx, entry); err != nil {
 				return err
 			}
 			d.fault(FaultPrepareMIGCreated)

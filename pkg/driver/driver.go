@@ -76,8 +76,12 @@ type Driver struct {
 	// attribution names the pods and containers using each prepared claim.
 	attribution *telemetry.Attribution
 
-	mu sync.Mutex // guards cp and its persistence
+	mu sync.Mutex // guards cp and batch
 	cp *checkpoint.Checkpoint
+	// batch collects changes for the next group commit (commit.go);
+	// saveMu lets one save run at a time.
+	batch  *commitBatch
+	saveMu sync.Mutex
 	// missingSpecs are prepared claims found without a CDI spec at start.
 	missingSpecs []types.UID
 }
@@ -205,22 +209,6 @@ func (d *Driver) save(ctx context.Context) error {
 	if err := d.store.Save(ctx, d.cp); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
-	return nil
-}
-
-// update applies change to the checkpoint and saves it, rolling the
-// in-memory state back if the save fails so memory never claims more than
-// disk.
-func (d *Driver) update(ctx context.Context, change func(cp *checkpoint.Checkpoint)) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	before := cloneCheckpoint(d.cp)
-	change(d.cp)
-	if err := d.save(ctx); err != nil {
-		d.cp = before
-		return err
-	}
-	klog.FromContext(ctx).V(6).Info("Saved checkpoint", "claims", d.cp.Len())
 	return nil
 }
 

@@ -59,7 +59,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
 		State: checkpoint.PrepareStarted, Devices: planned,
 	}
-	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+	if err := d.put(ctx, entry); err != nil {
 		return nil, err
 	}
 	d.fault(FaultPrepareStarted)
@@ -78,7 +78,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	d.fault(FaultPrepareCDIWritten)
 	entry.State = checkpoint.PrepareCompleted
-	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+	if err := d.put(ctx, entry); err != nil {
 		return nil, err
 	}
 	d.fault(FaultPrepareCompleted)
@@ -212,7 +212,7 @@ func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) 
 		// Mark the claim as going away first: a crash from here on must
 		// finish the undo on restart, not trust a half-removed claim.
 		entry.State = checkpoint.UnprepareStarted
-		if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(cloneClaim(entry)) }); err != nil {
+		if err := d.put(ctx, entry); err != nil {
 			return err
 		}
 		d.fault(FaultUnprepareStarted)
@@ -224,7 +224,7 @@ func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) 
 	if err := d.unprepareDevices(ctx, entry); err != nil {
 		return err
 	}
-	if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Delete(entry.UID) }); err != nil {
+	if err := d.remove(ctx, entry.UID); err != nil {
 		return err
 	}
 	d.fault(FaultUnprepareDone)

@@ -94,7 +94,7 @@ func (d *Driver) rewriteMissingSpecs(ctx context.Context) {
 			logger.Error(err, "Cannot rewrite CDI spec; containers of this claim cannot start until it is unprepared", "claim", klog.KRef(entry.Namespace, entry.Name))
 			continue
 		}
-		if err := d.update(ctx, func(cp *checkpoint.Checkpoint) { cp.Put(entry) }); err != nil {
+		if err := d.put(ctx, entry); err != nil {
 			logger.Error(err, "Record rewritten CDI spec")
 		}
 	}
