@@ -78,6 +78,10 @@ func (r *Runner) Check(rep *PodReport) []string {
 				} else if !slices.Contains(v.MPSPipe, "control") {
 					fail("container %s: MPS pipe directory %s has no control socket (has %v)", name, v.Env["CUDA_MPS_PIPE_DIRECTORY"], v.MPSPipe)
 				}
+				// The chart runs the daemon in a pod of its own (kubeletPlugin.mpsDaemonPods).
+				if len(d.MPSDaemons) != 1 || !strings.HasSuffix(d.MPSDaemons[0], "(Running)") {
+					fail("MPS share %s: want one running MPS control daemon pod for GPU %s, have %v", d.Device, d.Attributes["uuid"], d.MPSDaemons)
+				}
 			}
 		}
 	}

@@ -46,6 +46,9 @@ type DeviceReport struct {
 	// their domain (productName, uuid, minor, parentMinor, profile, type, ...),
 	// others qualified (resource.kubernetes.io/numaNode).
 	Attributes map[string]string
+	// MPSDaemons names the pods running the MPS control daemon of an MPS
+	// share's GPU, with their phase.
+	MPSDaemons []string
 }
 
 // ContainerView is what a container sees, read from inside it.
@@ -146,6 +149,9 @@ func (r *Runner) inspectPod(ctx context.Context, pod *corev1.Pod, devices map[st
 			return nil, fmt.Errorf("claim %s of pod %s/%s: %w", ref.Name, pod.Namespace, pod.Name, err)
 		}
 		ref.Devices = allocatedDevices(claim, devices)
+		if err := r.findMPSDaemons(ctx, ref.Devices); err != nil {
+			return nil, err
+		}
 		rep.Claims = append(rep.Claims, ref)
 	}
 	if pod.Status.Phase == corev1.PodRunning {
@@ -155,6 +161,27 @@ func (r *Runner) inspectPod(ctx context.Context, pod *corev1.Pod, devices map[st
 		}
 	}
 	return rep, nil
+}
+
+// findMPSDaemons fills in the MPS control daemon pods of MPS shares: the
+// plugin runs one per GPU under MPS, annotated with the GPU's UUID.
+func (r *Runner) findMPSDaemons(ctx context.Context, devices []DeviceReport) error {
+	for i := range devices {
+		d := &devices[i]
+		if d.Attributes["type"] != "mps" {
+			continue
+		}
+		pods, err := r.Cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=mps-control-daemon"})
+		if err != nil {
+			return fmt.Errorf("list MPS control daemon pods: %w", err)
+		}
+		for _, p := range pods.Items {
+			if p.Annotations[d.Driver+"/device"] == d.Attributes["uuid"] {
+				d.MPSDaemons = append(d.MPSDaemons, fmt.Sprintf("pod %s/%s (%s)", p.Namespace, p.Name, p.Status.Phase))
+			}
+		}
+	}
+	return nil
 }
 
 func allocatedDevices(claim *resourceapi.ResourceClaim, devices map[string]map[string]string) []DeviceReport {

@@ -33,6 +33,9 @@ func PrintPod(w io.Writer, rep *PodReport) {
 		}
 		for _, d := range c.Devices {
 			fmt.Fprintf(w, "      %s -> %s/%s%s\n", d.Request, d.Pool, d.Device, deviceDetail(d))
+			for _, p := range d.MPSDaemons {
+				fmt.Fprintf(w, "        MPS control daemon: %s\n", p)
+			}
 		}
 	}
 	for _, name := range rep.ContainerOrder {
