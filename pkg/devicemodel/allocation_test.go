@@ -154,6 +154,7 @@ func BenchmarkAllocate(b *testing.B) {
 		TimeSlicing: &devicemodel.SharePolicy{Enabled: &off},
 		MPS:         &devicemodel.SharePolicy{Enabled: &off},
 	}}
+	twoProfiles := devicemodel.Policy{Default: devicemodel.GPUPolicy{MIGProfiles: []string{"1g.10gb", "3g.40gb"}}}
 	for _, tc := range []struct {
 		name   string
 		policy devicemodel.Policy
@@ -163,6 +164,9 @@ func BenchmarkAllocate(b *testing.B) {
 		{"full-model/gpu", devicemodel.Policy{}, at.Exactly("gpu", driverName, 1)},
 		{"full-model/mig-1g", devicemodel.Policy{}, at.Exactly("mig", "mig."+driverName, 1, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`)},
 		{"full-model/timeslice", devicemodel.Policy{}, at.Exactly("ts", "timeslice."+driverName, 1)},
+		// What an operator who hands out two MIG profiles publishes.
+		{"two-mig-profiles/gpu", twoProfiles, at.Exactly("gpu", driverName, 1)},
+		{"two-mig-profiles/mig-1g", twoProfiles, at.Exactly("mig", "mig."+driverName, 1, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			n := simnode.New(b, "dgxh100", "dgxh100")

@@ -18,14 +18,18 @@ func MIGDeviceName(g *discovery.GPU, profile string, start uint32) string {
 	return fmt.Sprintf("%s-mig-%s-%d", g.CanonicalName(), p, start)
 }
 
-// dynamicMIGDevices are every profile × placement of a GPU. Within a
-// profile, placements are ordered from the highest start down: the
-// allocator is first-fit, and the large profiles (4g, 7g) start at memory
-// slice 0, so small ones filling from the top keep them possible longest.
-func dynamicMIGDevices(g *discovery.GPU) []Published {
+// dynamicMIGDevices are every profile × placement of a GPU, or of the
+// profiles named in only (nil: all). Within a profile, placements are
+// ordered from the highest start down: the allocator is first-fit, and the
+// large profiles (4g, 7g) start at memory slice 0, so small ones filling
+// from the top keep them possible longest.
+func dynamicMIGDevices(g *discovery.GPU, only []string) []Published {
 	var out []Published
 	for i := range g.MIG.Profiles {
 		p := &g.MIG.Profiles[i]
+		if only != nil && !slices.Contains(only, p.Name) {
+			continue
+		}
 		placements := slices.Clone(p.Placements)
 		slices.SortFunc(placements, func(a, b mig.Placement) int { return int(b.Start) - int(a.Start) })
 		for _, pl := range placements {

@@ -3,6 +3,8 @@ package devicemodel_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -124,6 +126,60 @@ func TestPolicy(t *testing.T) {
 	bad := devicemodel.Policy{Default: devicemodel.GPUPolicy{MIG: "sometimes"}}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "default.mig") {
 		t.Errorf("invalid mig mode: err = %v, want one naming default.mig", err)
+	}
+}
+
+// migProfiles limits a GPU's dynamic MIG devices to the named profiles (all
+// their placements); a per-GPU list replaces the default one, and profiles a
+// GPU lacks are skipped.
+func TestPolicyMIGProfiles(t *testing.T) {
+	n := simnode.New(t, "dgxh100", "node-1")
+	policy := devicemodel.Policy{
+		Default: devicemodel.GPUPolicy{MIGProfiles: []string{"1g.10gb", "3g.40gb", "1g.5gb"}},
+		GPUs:    map[string]devicemodel.GPUPolicy{"1": {MIGProfiles: []string{"7g.80gb"}}},
+	}
+	if err := policy.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	published, _ := devicemodel.Model(n.GPUs, devicemodel.Options{NodeName: "node-1", Policy: policy})
+	count := func(gpu string) map[string]int {
+		out := map[string]int{}
+		for _, p := range published {
+			if p.Type == devicemodel.TypeMIG && p.GPU.CanonicalName() == gpu {
+				out[p.MIGProfile.Name]++
+			}
+		}
+		return out
+	}
+	for gpu, want := range map[string]map[string]int{
+		"gpu-0": {"1g.10gb": 7, "3g.40gb": 2}, // 1g.5gb is an A100 profile
+		"gpu-1": {"7g.80gb": 1},
+	} {
+		if got := count(gpu); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s publishes MIG profiles %v, want %v", gpu, got, want)
+		}
+	}
+
+	// As the chart writes it.
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("default:\n  migProfiles: [1g.10gb, 3g.40gb]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if loaded, err := devicemodel.LoadPolicy(file); err != nil || fmt.Sprint(loaded.Default.MIGProfiles) != "[1g.10gb 3g.40gb]" {
+		t.Errorf("LoadPolicy = %+v, %v", loaded, err)
+	}
+
+	for name, tc := range map[string]struct {
+		profiles []string
+		want     string
+	}{
+		"not a profile": {[]string{"1g.10gb", "small"}, `default.migProfiles[1]: "small" is not a MIG profile name`},
+		"duplicate":     {[]string{"1g.10gb", "1g.10gb"}, `default.migProfiles[1]: "1g.10gb" is listed twice`},
+	} {
+		bad := devicemodel.Policy{Default: devicemodel.GPUPolicy{MIGProfiles: tc.profiles}}
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package devicemodel
 import (
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 
 	"sigs.k8s.io/yaml"
@@ -28,6 +30,13 @@ type GPUPolicy struct {
 	WholeGPU *bool `json:"wholeGPU,omitempty"`
 	// MIG publishes MIG devices ("dynamic") or not ("off").
 	MIG MIGMode `json:"mig,omitempty"`
+	// MIGProfiles, when set, limits dynamic MIG devices to these profiles
+	// (nvidia-smi names such as "1g.10gb", "3g.40gb", "1g.10gb+me"). Every
+	// placement of a profile costs the scheduler's allocator a device to
+	// check per claim; a node that only ever hands out two or three
+	// profiles is scheduled several times faster without the others.
+	// Profiles a GPU does not have are skipped.
+	MIGProfiles []string `json:"migProfiles,omitempty"`
 	// TimeSlicing and MPS publish a shareable device per strategy.
 	TimeSlicing *SharePolicy `json:"timeSlicing,omitempty"`
 	MPS         *SharePolicy `json:"mps,omitempty"`
@@ -84,6 +93,14 @@ func (p Policy) Validate() error {
 		default:
 			return fmt.Errorf("%s.mig: %q is not one of %q, %q", where, g.MIG, MIGDynamic, MIGOff)
 		}
+		for i, name := range g.MIGProfiles {
+			if !migProfileName.MatchString(name) {
+				return fmt.Errorf("%s.migProfiles[%d]: %q is not a MIG profile name like 1g.10gb, 3g.40gb or 1g.10gb+me", where, i, name)
+			}
+			if slices.Contains(g.MIGProfiles[:i], name) {
+				return fmt.Errorf("%s.migProfiles[%d]: %q is listed twice", where, i, name)
+			}
+		}
 		for name, s := range map[string]*SharePolicy{"timeSlicing": g.TimeSlicing, "mps": g.MPS} {
 			if s != nil && (s.MaxShares < 0 || s.MaxShares > 64) {
 				return fmt.Errorf("%s.%s.maxShares: %d is not in 1..64", where, name, s.MaxShares)
@@ -102,11 +119,16 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// migProfileName is nvidia-smi's MIG profile naming: <compute slices>g.<GB>gb,
+// optionally with a media-engine or graphics suffix (pkg/mig).
+var migProfileName = regexp.MustCompile(`^[1-9]g\.[0-9]+gb(\+me|\+me\.all|-me|\+gfx)?$`)
+
 // resolved is the effective policy of one GPU.
 type resolved struct {
 	wholeGPU    bool
 	mig         MIGMode
-	timeSlicing int // max shares; 0 = not published
+	migProfiles []string // nil: all
+	timeSlicing int      // max shares; 0 = not published
 	mps         int
 }
 
@@ -119,6 +141,9 @@ func (p Policy) forGPU(g *discovery.GPU) resolved {
 		}
 		if o.MIG != "" {
 			r.mig = o.MIG
+		}
+		if o.MIGProfiles != nil {
+			r.migProfiles = o.MIGProfiles
 		}
 		r.timeSlicing = applyShare(r.timeSlicing, o.TimeSlicing)
 		r.mps = applyShare(r.mps, o.MPS)

@@ -8,6 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 // Requests pinned to GPU 0, one per way of using it.
@@ -138,6 +141,27 @@ func TestMIGPlacements(t *testing.T) {
 			c.MustNotFit(t, tc.machine, at.Claim("next", onGPU0("mig", profile(tc.thenNot))))
 		})
 	}
+}
+
+// With migProfiles, only the listed profiles can be allocated, all their
+// placements still fill the GPU, and the whole GPU and shares stay usable.
+func TestMIGProfilesPolicyAllocation(t *testing.T) {
+	n := simnode.New(t, "dgxh100", "dgxh100")
+	policy := devicemodel.Policy{Default: devicemodel.GPUPolicy{MIGProfiles: []string{"1g.10gb", "3g.40gb"}}}
+	n.Resources = devicemodel.Build(n.GPUs, devicemodel.Options{NodeName: "dgxh100", Policy: policy})
+	slices := n.Slices(driverName)
+	for i, s := range slices {
+		s.Name = s.GenerateName + string(rune('a'+i))
+	}
+	c := at.NewCluster(slices, deviceclass.DeviceClasses(driverName))
+	c.MustNotFit(t, "dgxh100", at.Claim("2g", onGPU0("mig", profile("2g.20gb"))))
+	c.MustAllocate(t, "dgxh100", at.Claim("3g", onGPU0("mig", profile("3g.40gb"))))
+	for i := range 4 { // 3 + 4 of 7 compute slices
+		c.MustAllocate(t, "dgxh100", at.Claim(fmt.Sprintf("1g-%d", i), onGPU0("mig", profile("1g.10gb"))))
+	}
+	c.MustNotFit(t, "dgxh100", at.Claim("1g-full", onGPU0("mig", profile("1g.10gb"))))
+	c.MustNotFit(t, "dgxh100", at.Claim("whole", onGPU0("gpu")))
+	c.MustAllocate(t, "dgxh100", at.Claim("other", at.Exactly("gpu", driverName, 1)))
 }
 
 // First-fit packing keeps large placements free: a 1g fills from the top,

@@ -68,7 +68,7 @@ func Model(gpus []discovery.GPU, opts Options) ([]Published, []resourceapi.Count
 			devices = append(devices, Published{Device: ShareDevice(g, TypeMPS, policy.mps), Type: TypeMPS, GPU: g})
 		}
 		if g.MIG != nil && policy.mig == MIGDynamic {
-			devices = append(devices, dynamicMIGDevices(g)...)
+			devices = append(devices, dynamicMIGDevices(g, policy.migProfiles)...)
 		}
 	}
 	return devices, counterSets
