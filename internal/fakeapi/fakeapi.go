@@ -97,35 +97,40 @@ func (k *Kubelet) run(pod *corev1.Pod) {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	phase := corev1.PodRunning
 	if err := cmd.Start(); err != nil {
-		phase = corev1.PodFailed
-	} else {
-		k.mu.Lock()
-		k.procs[pod.UID] = cmd.Process
-		k.mu.Unlock()
-		k.wg.Add(1)
-		go func() {
-			defer k.wg.Done()
-			exit := corev1.PodSucceeded
-			if cmd.Wait() != nil {
-				exit = corev1.PodFailed
-			}
-			k.mu.Lock()
-			delete(k.procs, pod.UID)
-			k.mu.Unlock()
-			k.setPhase(pod, exit)
-		}()
+		// As runc reports a missing executable.
+		k.setStatus(pod, corev1.PodFailed, &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: err.Error()})
+		return
 	}
-	k.setPhase(pod, phase)
+	k.mu.Lock()
+	k.procs[pod.UID] = cmd.Process
+	k.mu.Unlock()
+	k.setStatus(pod, corev1.PodRunning, nil)
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		exit := corev1.PodSucceeded
+		if cmd.Wait() != nil {
+			exit = corev1.PodFailed
+		}
+		k.mu.Lock()
+		delete(k.procs, pod.UID)
+		k.mu.Unlock()
+		k.setStatus(pod, exit, &corev1.ContainerStateTerminated{ExitCode: int32(cmd.ProcessState.ExitCode()), Reason: string(exit)})
+	}()
 }
 
-func (k *Kubelet) setPhase(pod *corev1.Pod, phase corev1.PodPhase) {
+// setStatus records the pod's phase and, when it ended, its container's
+// end.
+func (k *Kubelet) setStatus(pod *corev1.Pod, phase corev1.PodPhase, ended *corev1.ContainerStateTerminated) {
 	cur, err := k.client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
 	if err != nil || cur.UID != pod.UID {
 		return
 	}
 	cur.Status.Phase = phase
+	if ended != nil {
+		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, State: corev1.ContainerState{Terminated: ended}}}
+	}
 	_, _ = k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{})
 }
 

@@ -11,6 +11,7 @@
 package mpspod
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,7 +68,11 @@ type Launcher struct {
 	opts Options
 }
 
-var _ sharing.DaemonLauncher = (*Launcher)(nil)
+var (
+	_ sharing.DaemonLauncher  = (*Launcher)(nil)
+	_ sharing.DaemonInspector = (*Launcher)(nil)
+	_ sharing.DaemonPruner    = (*Launcher)(nil)
+)
 
 // New returns a Launcher.
 func New(opts Options) (*Launcher, error) {
@@ -121,22 +126,66 @@ func (l *Launcher) Prune(ctx context.Context, keep []string) error {
 	return l.deletePods(ctx, func(name string) bool { return !slices.Contains(keep, name) })
 }
 
-func (l *Launcher) deletePods(ctx context.Context, match func(daemon string) bool) error {
-	logger := klog.FromContext(ctx)
+// pods lists this node's daemon pods of the daemons match accepts.
+func (l *Launcher) pods(ctx context.Context, match func(daemon string) bool) ([]corev1.Pod, error) {
 	selector := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": Component})
-	pods, err := l.opts.Client.CoreV1().Pods(l.opts.Namespace).List(ctx, metav1.ListOptions{
+	list, err := l.opts.Client.CoreV1().Pods(l.opts.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: selector.String(),
 		FieldSelector: "spec.nodeName=" + l.opts.NodeName,
 	})
 	if err != nil {
-		return fmt.Errorf("list MPS control daemon pods: %w", err)
+		return nil, fmt.Errorf("list MPS control daemon pods: %w", err)
+	}
+	var out []corev1.Pod
+	for _, pod := range list.Items {
+		if name, ok := pod.Labels[l.deviceLabel()]; ok && pod.Spec.NodeName == l.opts.NodeName && match(name) {
+			out = append(out, pod)
+		}
+	}
+	return out, nil
+}
+
+// Inspect implements sharing.DaemonInspector: the state of the daemon's
+// pod, fatal when the pod ended or its container cannot be created.
+func (l *Launcher) Inspect(ctx context.Context, d sharing.Daemon) (string, bool) {
+	pods, err := l.pods(ctx, func(name string) bool { return name == d.Name })
+	switch {
+	case err != nil:
+		return err.Error(), false
+	case len(pods) == 0:
+		return "its pod is gone", true
+	}
+	pod := &pods[len(pods)-1]
+	status := fmt.Sprintf("pod %s/%s is %s", pod.Namespace, pod.Name, cmp.Or(string(pod.Status.Phase), "not yet seen by the kubelet"))
+	fatal := pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+	if pod.Status.Reason != "" {
+		status += ": " + pod.Status.Reason + " " + pod.Status.Message
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		switch st := c.State; {
+		case st.Waiting != nil && st.Waiting.Reason != "":
+			status += fmt.Sprintf(", container waiting: %s %s", st.Waiting.Reason, st.Waiting.Message)
+			fatal = fatal || slices.Contains(hopelessWaits, st.Waiting.Reason)
+		case st.Terminated != nil:
+			status += fmt.Sprintf(", container exited with %d: %s %s", st.Terminated.ExitCode, st.Terminated.Reason, st.Terminated.Message)
+		}
+	}
+	return strings.TrimSpace(status), fatal
+}
+
+// hopelessWaits are container waiting reasons that no retry within a
+// prepare call fixes.
+var hopelessWaits = []string{"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+func (l *Launcher) deletePods(ctx context.Context, match func(daemon string) bool) error {
+	logger := klog.FromContext(ctx)
+	pods, err := l.pods(ctx, match)
+	if err != nil {
+		return err
 	}
 	var errs []error
-	for _, pod := range pods.Items {
-		name, ok := pod.Labels[l.deviceLabel()]
-		if !ok || pod.Spec.NodeName != l.opts.NodeName || !match(name) {
-			continue
-		}
+	for _, pod := range pods {
+		name := pod.Labels[l.deviceLabel()]
 		err := l.opts.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &pod.UID},
 		})

@@ -236,6 +236,28 @@ func TestDeadDaemonPodIsReplaced(t *testing.T) {
 	}
 }
 
+// A daemon pod that fails ends the wait at once, with the pod's state in
+// the error, and is cleaned up.
+func TestFailedDaemonPodFailsFast(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	r := newRig(t)
+	r.opts.ControlBinary = "/nonexistent/nvidia-cuda-mps-control"
+	start := time.Now()
+	_, err := r.manager().Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a", ConfigIndex: -1})
+	if err == nil {
+		t.Fatal("Acquire succeeded with a daemon that cannot start")
+	}
+	for _, want := range []string{"pod " + namespace + "/mps-gpu-", "is Failed", "StartError"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if took := time.Since(start); took > r.opts.StartTimeout/2 {
+		t.Errorf("Acquire took %v to give up on a failed pod (start timeout %v)", took, r.opts.StartTimeout)
+	}
+	r.waitNoPods()
+}
+
 // Reconcile deletes daemon pods of devices without shares, e.g. left by a
 // teardown that crashed after stopping the daemon.
 func TestReconcilePrunesStrayPods(t *testing.T) {

@@ -44,6 +44,15 @@ type DaemonLauncher interface {
 	Cleanup(ctx context.Context, d Daemon) error
 }
 
+// DaemonInspector is a DaemonLauncher that can say why a launched daemon
+// is not up yet. While the manager waits for the control socket it asks
+// about once a second: a fatal answer (a pod that failed, an image that
+// cannot run) ends the wait at once, and the last answer is part of the
+// error when the wait times out.
+type DaemonInspector interface {
+	Inspect(ctx context.Context, d Daemon) (status string, fatal bool)
+}
+
 // DaemonPruner is a DaemonLauncher that can remove what daemons of other
 // devices than keep (Daemon.Name) left behind, e.g. pods of a teardown that
 // crashed. Reconcile calls it last.

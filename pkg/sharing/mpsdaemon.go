@@ -162,10 +162,20 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 		fmt.Errorf("MPS control daemon did not accept commands on %s within %v", filepath.Join(p.pipe, controlSocketName), m.opts.StartTimeout))
 	defer cancel()
 	err := m.opts.Launcher.Launch(ctx, d)
-	for err == nil {
+	inspector, _ := m.opts.Launcher.(DaemonInspector)
+	var status string
+	for next := time.Now(); err == nil; {
 		pid, running, responsive := m.daemonStatus(p)
 		if responsive {
 			return pid, nil
+		}
+		if inspector != nil && time.Now().After(next) {
+			next = time.Now().Add(time.Second)
+			var fatal bool
+			if status, fatal = inspector.Inspect(ctx, d); fatal {
+				err = fmt.Errorf("start MPS control daemon: %s", status)
+				break
+			}
 		}
 		select {
 		case <-time.After(pollInterval):
@@ -175,7 +185,10 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 		if running {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		err = fmt.Errorf("start MPS control daemon: %w%s", context.Cause(ctx), logTail(filepath.Join(p.log, startLogName)))
+		if status != "" {
+			status = " (" + status + ")"
+		}
+		err = fmt.Errorf("start MPS control daemon: %w%s%s", context.Cause(ctx), status, logTail(filepath.Join(p.log, startLogName)))
 	}
 	// Leave nothing behind, even when ctx was cancelled.
 	cleanupCtx, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), m.opts.StopTimeout)
