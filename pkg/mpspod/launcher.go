@@ -224,12 +224,9 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: m.HostPath, Type: ptr.To(corev1.HostPathDirectory)},
 		}})
-		vm := corev1.VolumeMount{Name: name, MountPath: m.Path}
-		if i >= 2 {
-			// A driver container may mount its root after the daemon started.
-			vm.MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
-		}
-		volumeMounts = append(volumeMounts, vm)
+		// No mount propagation: a daemon starts when the driver already
+		// answers NVML, and propagation needs a shared host mount.
+		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
