@@ -357,6 +357,16 @@ on_exit() {
 	((rc == 0)) || gdd_log "up.sh failed; processes it started keep running: hack/cluster/down.sh --state-dir $GDD_STATE_DIR cleans up"
 }
 
+# share_state_dir puts the state dir (and so the kubelet dir) on a shared mount, as
+# systemd makes / on real nodes: the kubelet allows Bidirectional and HostToContainer
+# mount propagation only for host paths on shared mounts (the plugin mounts the MPS
+# daemons' tmpfs through its Bidirectional data dir). down.sh unmounts it.
+share_state_dir() {
+	[[ $(findmnt -no PROPAGATION -M "$GDD_STATE_DIR" 2>/dev/null) == shared ]] && return
+	mount --bind "$GDD_STATE_DIR" "$GDD_STATE_DIR"
+	mount --make-rshared "$GDD_STATE_DIR"
+}
+
 main() {
 	local t0
 	t0=$(date +%s)
@@ -373,6 +383,7 @@ main() {
 
 	gdd_start_time=$(date +%s)
 	mkdir -p "$GDD_STATE_DIR" "$GDD_LOGS" "$GDD_PIDS"
+	share_state_dir
 	gdd_log "state dir $GDD_STATE_DIR"
 	gdd_make_pki
 	export KUBECONFIG=$GDD_KUBECONFIG/admin.kubeconfig

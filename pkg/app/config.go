@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
@@ -58,8 +59,11 @@ type Config struct {
 	// their priority class. PodName and PodNamespace name the plugin's pod.
 	MPSDaemonImage         string
 	MPSDaemonPriorityClass string
-	PodName                string
-	PodNamespace           string
+	// MPSShmSize is the size of the tmpfs each MPS device's daemon pod and
+	// clients share as /dev/shm, e.g. "1Gi"; empty or "0": none.
+	MPSShmSize   string
+	PodName      string
+	PodNamespace string
 
 	// Health: XIDs that change nothing, quiet time before a GPU is healthy
 	// again, taint effects per reason; MetricsAddress serves /metrics.
@@ -100,6 +104,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
 	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
 	fs.StringVar(&c.MPSDaemonImage, "mps-daemon-image", "", "Run MPS control daemons as pods of this image (normally the plugin's own), bound to this node and owned by the plugin pod's DaemonSet, so that they survive plugin restarts; empty runs them as processes of the plugin, which die with its container.")
+	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs (e.g. 1Gi) that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")
 	fs.StringVar(&c.MPSDaemonPriorityClass, "mps-daemon-priority-class", "", "Priority class of MPS control daemon pods.")
 	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
@@ -118,6 +123,17 @@ func (c *Config) Validate() error {
 	}
 	if c.DriverName == "" {
 		return fmt.Errorf("--driver-name must not be empty")
+	}
+	if c.MPSShmSize != "" {
+		q, err := resource.ParseQuantity(c.MPSShmSize)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--mps-shm-size=%q: %w", c.MPSShmSize, err)
+		case q.Sign() < 0:
+			return fmt.Errorf("--mps-shm-size=%q: must not be negative", c.MPSShmSize)
+		case q.Sign() > 0 && c.MPSDaemonImage == "":
+			return fmt.Errorf("--mps-shm-size needs --mps-daemon-image: a daemon run as the plugin's own process cannot see the tmpfs at /dev/shm")
+		}
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)

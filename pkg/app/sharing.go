@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -50,6 +51,10 @@ func sharingManagers(ctx context.Context, cfg *Config, hw *hardware, client kube
 		// A pod starts in seconds, not milliseconds; the kubelet gives a
 		// prepare call 45 s.
 		opts.StartTimeout = 40 * time.Second
+		if cfg.MPSShmSize != "" {
+			size := resource.MustParse(cfg.MPSShmSize) // checked by Validate
+			opts.ShmSize = size.Value()
+		}
 	}
 	mps, err := sharing.NewMPSManager(opts)
 	if err != nil {

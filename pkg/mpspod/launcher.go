@@ -217,6 +217,10 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 		env = append(env, corev1.EnvVar{Name: "PATH", Value: filepath.Dir(d.Binary) + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
 	}
 	mounts := append([]Mount{{HostPath: d.HostPipeDir, Path: d.PipeDir}, {HostPath: d.HostLogDir, Path: d.LogDir}}, l.opts.Mounts...)
+	if d.HostShmDir != "" {
+		// The tmpfs the daemon's clients see at /dev/shm too.
+		mounts = append(mounts, Mount{HostPath: d.HostShmDir, Path: "/dev/shm"})
+	}
 	var volumes []corev1.Volume
 	var volumeMounts []corev1.VolumeMount
 	for i, m := range mounts {

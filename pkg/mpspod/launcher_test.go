@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -202,6 +203,48 @@ func TestDaemonPodOutlivesPlugin(t *testing.T) {
 	r.waitNoPods()
 	if processAlive(pid) {
 		t.Errorf("daemon %d still runs after the last share was released", pid)
+	}
+}
+
+// With ShmSize the device gets a tmpfs that the daemon pod and every client
+// mount at /dev/shm; the last share's release unmounts and removes it.
+func TestDaemonPodSharesShm(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	r := newRig(t)
+	r.opts.ShmSize = 64 << 20
+	m := r.manager()
+	res, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a", ConfigIndex: -1})
+	if err != nil {
+		if strings.Contains(err.Error(), "operation not permitted") {
+			t.Skipf("mounting a tmpfs needs CAP_SYS_ADMIN: %v", err)
+		}
+		t.Fatal(err)
+	}
+	shm := filepath.Join(filepath.Dir(res.PipeDir), "shm")
+	var st unix.Statfs_t
+	if err := unix.Statfs(shm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Errorf("%s is not a tmpfs (%v)", shm, err)
+	}
+	if !slices.ContainsFunc(res.Edits.Mounts, func(mt sharing.Mount) bool { return mt.HostPath == shm && mt.ContainerPath == "/dev/shm" }) {
+		t.Errorf("client edits %+v do not mount %s at /dev/shm", res.Edits.Mounts, shm)
+	}
+	pod := r.pods()[0]
+	var daemonShm string
+	for _, v := range pod.Spec.Volumes {
+		for _, vm := range pod.Spec.Containers[0].VolumeMounts {
+			if vm.Name == v.Name && vm.MountPath == "/dev/shm" {
+				daemonShm = v.HostPath.Path
+			}
+		}
+	}
+	if daemonShm != shm {
+		t.Errorf("daemon pod mounts %q at /dev/shm, want %s", daemonShm, shm)
+	}
+	if err := m.Release(ctx, r.gpu, "claim-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(shm); !os.IsNotExist(err) {
+		t.Errorf("%s left after the last share: %v", shm, err)
 	}
 }
 

@@ -31,6 +31,9 @@ type Daemon struct {
 	// them; HostPipeDir and HostLogDir are the same directories on the host.
 	PipeDir, LogDir         string
 	HostPipeDir, HostLogDir string
+	// HostShmDir, when set, is a tmpfs on the host that the daemon must see
+	// at /dev/shm, as its clients do (MPSOptions.ShmSize).
+	HostShmDir string
 }
 
 // DaemonLauncher starts MPS control daemons and removes what they leave

@@ -51,6 +51,10 @@ type MPSOptions struct {
 	Env []string
 	// Launcher starts the daemons; nil means ProcessLauncher.
 	Launcher DaemonLauncher
+	// ShmSize, when positive, gives each device a tmpfs of this many bytes
+	// that its daemon and clients mount at /dev/shm (mpsshm.go). Only for
+	// launchers that can mount it into the daemon, such as pkg/mpspod.
+	ShmSize int64
 	// StartTimeout bounds starting a daemon until it accepts commands;
 	// 0 means 10 seconds.
 	StartTimeout time.Duration
@@ -156,6 +160,9 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	edits, err := clientEdits(dev, share, m.hostPipeDir(dev.UUID), m.opts.ContainerPipeDir)
 	if err != nil {
 		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
+	}
+	if m.opts.ShmSize > 0 {
+		edits.Mounts = append(edits.Mounts, Mount{HostPath: filepath.Join(m.opts.HostDir, dirName(dev.UUID), "shm"), ContainerPath: containerShmDir})
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", share.ID)
 	ctx = klog.NewContext(ctx, logger)
@@ -348,6 +355,9 @@ func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 		}
 		st.RestoreComputeMode = nil
 	}
+	if err := removeShm(p); err != nil {
+		return err
+	}
 	// The log directory stays, for operators; the next daemon appends.
 	if err := os.RemoveAll(p.pipe); err != nil {
 		return fmt.Errorf("remove MPS pipe directory of %s: %w", st.UUID, err)
@@ -395,6 +405,9 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 				if err := os.RemoveAll(p.pipe); err != nil {
 					errs = append(errs, err)
 				}
+			}
+			if err := removeShm(p); err != nil {
+				errs = append(errs, err)
 			}
 			if found {
 				if err := os.Remove(p.state); err != nil {

@@ -37,6 +37,7 @@ type devicePaths struct {
 	state string // <Dir>/<name>/state.json
 	pipe  string // <Dir>/<name>/pipe: CUDA_MPS_PIPE_DIRECTORY
 	log   string // <Dir>/<name>/log: CUDA_MPS_LOG_DIRECTORY
+	shm   string // <Dir>/<name>/shm: tmpfs, /dev/shm of daemon and clients
 }
 
 func pathsIn(dir string) devicePaths {
@@ -45,6 +46,7 @@ func pathsIn(dir string) devicePaths {
 		state: filepath.Join(dir, "state.json"),
 		pipe:  filepath.Join(dir, "pipe"),
 		log:   filepath.Join(dir, "log"),
+		shm:   filepath.Join(dir, "shm"),
 	}
 }
 
@@ -137,6 +139,9 @@ func (m *MPSManager) daemon(dev DeviceRef, p devicePaths) Daemon {
 		PipeDir: p.pipe, LogDir: p.log,
 		HostPipeDir: filepath.Join(host, "pipe"), HostLogDir: filepath.Join(host, "log"),
 	}
+	if m.opts.ShmSize > 0 {
+		d.HostShmDir = filepath.Join(host, "shm")
+	}
 	if dev.UUID != "" {
 		d.Env = append(d.Env, envVisibleDevices+"="+dev.UUID)
 	}
@@ -156,6 +161,9 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return 0, fmt.Errorf("create MPS directory: %w", err)
 		}
+	}
+	if err := m.ensureShm(p); err != nil {
+		return 0, err
 	}
 	d := m.daemon(dev, p)
 	ctx, cancel := context.WithTimeoutCause(ctx, m.opts.StartTimeout,

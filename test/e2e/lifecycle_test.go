@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -29,6 +34,51 @@ type workload struct {
 	mpsUUID   string
 	mpsDaemon *corev1.Pod
 	mpsPID    string
+	// mpsShm is the host tmpfs the MPS pod and its daemon see as /dev/shm.
+	mpsShm string
+}
+
+// mpsShmProbe is a file the mps pod writes to its /dev/shm.
+const mpsShmProbe = "e2e-probe"
+
+// shmMount returns the host path a CDI spec mounts at /dev/shm.
+func shmMount(t *testing.T, spec []byte) string {
+	t.Helper()
+	var s cdispec.Spec
+	if err := json.Unmarshal(spec, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range s.Devices {
+		for _, m := range d.ContainerEdits.Mounts {
+			if m.ContainerPath == "/dev/shm" {
+				return m.HostPath
+			}
+		}
+	}
+	t.Fatalf("the MPS claim's CDI spec mounts nothing at /dev/shm:\n%s", spec)
+	return ""
+}
+
+// checkMPSShm checks that the MPS pod's /dev/shm is the device's tmpfs on the
+// host, shared with its daemon pod, and still holds the probe.
+func (w *workload) checkMPSShm(t *testing.T, ctx context.Context, when string) {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(w.mpsShm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Errorf("%s: %s is not a tmpfs on the host (%v)", when, w.mpsShm, err)
+	}
+	if !fileExists(filepath.Join(w.mpsShm, mpsShmProbe)) {
+		t.Errorf("%s: the mps pod's /dev/shm/%s is not in the host's %s", when, mpsShmProbe, w.mpsShm)
+	}
+	found := false
+	for _, v := range w.mpsDaemon.Spec.Volumes {
+		for _, vm := range w.mpsDaemon.Spec.Containers[0].VolumeMounts {
+			found = found || (vm.Name == v.Name && vm.MountPath == "/dev/shm" && v.HostPath != nil && v.HostPath.Path == w.mpsShm)
+		}
+	}
+	if !found {
+		t.Errorf("%s: MPS daemon pod %s does not mount %s at /dev/shm", when, w.mpsDaemon.Name, w.mpsShm)
+	}
 }
 
 // mpsPIDFile is the control daemon's pid file, in the MPS pipe directory.
@@ -94,6 +144,11 @@ func startWorkload(t *testing.T, ctx context.Context, ns string) *workload {
 		t.Fatalf("the mps pod sees no MPS control daemon pid file: %v %q", err, pid)
 	}
 	w.mpsPID = strings.TrimSpace(pid)
+	w.mpsShm = shmMount(t, w.specs["mps"])
+	if _, err := env.cluster.Exec(ctx, ns, "mps", "ctr", "sh", "-c", "echo probe > /dev/shm/"+mpsShmProbe); err != nil {
+		t.Fatalf("write to the mps pod's /dev/shm: %v", err)
+	}
+	w.checkMPSShm(t, ctx, "after start")
 	w.migUUID = containerEnv(t, ctx, w.pods["mig"], "NVIDIA_VISIBLE_DEVICES")
 	if _, ok := migUUIDs(t)[w.migUUID]; !ok {
 		t.Fatalf("the mig pod sees %q, not a MIG instance of the simulated machine", w.migUUID)
@@ -139,6 +194,8 @@ func (w *workload) verifyIntact(t *testing.T, ctx context.Context, when string) 
 	if len(daemons) != 1 || daemons[0].UID != w.mpsDaemon.UID || daemons[0].Status.Phase != corev1.PodRunning {
 		t.Errorf("%s: MPS control daemon pods %+v, want the running pod %s", when, daemons, w.mpsDaemon.Name)
 	}
+	// The tmpfs the plugin mounted outlives it (Bidirectional propagation).
+	w.checkMPSShm(t, ctx, when)
 }
 
 func containerIDs(pod *corev1.Pod) string {
@@ -170,6 +227,7 @@ func (w *workload) verifyUnprepare(t *testing.T, ctx context.Context) {
 	}); err != nil {
 		t.Errorf("MPS control daemon pods of %s left after the last MPS pod was deleted: %+v", w.mpsUUID, mpsDaemonPods(t, ctx, w.mpsUUID))
 	}
+	waitGone(t, ctx, w.mpsShm, "MPS /dev/shm tmpfs of the deleted pod")
 }
 
 // TestUnprepareOnDelete: deleting a pod unprepares its claim on the node.
