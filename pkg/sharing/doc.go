@@ -15,10 +15,12 @@
 //     EXCLUSIVE_PROCESS) and its time-slice level through a TimeSlicer
 //     (nvidia-smi compute-policy on a node, the simulation in tests), and
 //     restores both after the last share.
-//   - MPSManager runs one nvidia-cuda-mps-control daemon per device, in its
-//     own session so that it outlives a plugin restart, and returns the
-//     container edits (environment and a bind mount of the pipe directory)
-//     that connect a share's containers to it with the share's limits.
+//   - MPSManager runs one nvidia-cuda-mps-control daemon per device through a
+//     DaemonLauncher (a process of the plugin, or a pod of its own with
+//     pkg/mpspod, which outlives the plugin's container), and returns the
+//     container edits (environment, bind mounts of the pipe directory and,
+//     with ShmSize, of the device's /dev/shm tmpfs) that connect a share's
+//     containers to it with the share's limits.
 //
 // docs/sharing.md describes the behaviour, the rules for conflicting
 // settings and the failure handling.
