@@ -302,6 +302,12 @@ func (b *bench) throughput(ctx context.Context, cfg config) error {
 			devices += len(s.Spec.Devices)
 		}
 		stats[m.name] = fmt.Sprintf("%d slices, %d devices per node", len(slices("x")), devices)
+		if m.policy != "" && cfg.throughputPods > devices*cfg.nodes {
+			// Whole GPUs only: one device per GPU. Pods that cannot fit would
+			// wait for ever.
+			return fmt.Errorf("-throughput-pods %d is more than the %d GPUs of %d %s nodes; use more -nodes",
+				cfg.throughputPods, devices*cfg.nodes, cfg.nodes, cfg.machine)
+		}
 		for i := range cfg.nodes {
 			name := fmt.Sprintf("sim-%s-%02d", m.name, i)
 			if err := fakenodes.Add(ctx, b.client, name, map[string]string{benchLabel: m.name}, slices(name)); err != nil {
