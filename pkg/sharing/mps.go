@@ -137,8 +137,10 @@ func (m *MPSManager) paths(uuid string) devicePaths {
 	return pathsIn(filepath.Join(m.opts.Dir, dirName(uuid)))
 }
 
-func (m *MPSManager) hostPipeDir(uuid string) string {
-	return filepath.Join(m.opts.HostDir, dirName(uuid), "pipe")
+// hostPaths are the device's files as the host (and so the container
+// runtime) sees them.
+func (m *MPSManager) hostPaths(uuid string) devicePaths {
+	return pathsIn(filepath.Join(m.opts.HostDir, dirName(uuid)))
 }
 
 // Acquire prepares an MPS share of dev. The device's first share starts its
@@ -157,16 +159,17 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	if err != nil {
 		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
 	}
-	edits, err := clientEdits(dev, share, m.hostPipeDir(dev.UUID), m.opts.ContainerPipeDir)
+	host := m.hostPaths(dev.UUID)
+	edits, err := clientEdits(dev, share, host.pipe, m.opts.ContainerPipeDir)
 	if err != nil {
 		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
 	}
 	if m.opts.ShmSize > 0 {
-		edits.Mounts = append(edits.Mounts, Mount{HostPath: filepath.Join(m.opts.HostDir, dirName(dev.UUID), "shm"), ContainerPath: containerShmDir})
+		edits.Mounts = append(edits.Mounts, Mount{HostPath: host.shm, ContainerPath: containerShmDir})
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", share.ID)
 	ctx = klog.NewContext(ctx, logger)
-	res := &Result{Strategy: gpuv1beta1.MPSStrategy, UUID: dev.UUID, PipeDir: m.hostPipeDir(dev.UUID), Edits: edits}
+	res := &Result{Strategy: gpuv1beta1.MPSStrategy, UUID: dev.UUID, PipeDir: host.pipe, Edits: edits}
 
 	unlock := m.locks.lock(dev.UUID)
 	defer unlock()

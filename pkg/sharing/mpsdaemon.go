@@ -132,15 +132,15 @@ func (m *MPSManager) mpsEnv(p devicePaths) []string {
 // zero for a leftover daemon of an unknown device.
 func (m *MPSManager) daemon(dev DeviceRef, p devicePaths) Daemon {
 	name := filepath.Base(p.dir)
-	host := filepath.Join(m.opts.HostDir, name)
+	host := pathsIn(filepath.Join(m.opts.HostDir, name))
 	d := Daemon{
 		Name: name, Device: dev, Binary: m.opts.ControlBinary,
 		Env:     m.mpsEnv(p),
 		PipeDir: p.pipe, LogDir: p.log,
-		HostPipeDir: filepath.Join(host, "pipe"), HostLogDir: filepath.Join(host, "log"),
+		HostPipeDir: host.pipe, HostLogDir: host.log,
 	}
 	if m.opts.ShmSize > 0 {
-		d.HostShmDir = filepath.Join(host, "shm")
+		d.HostShmDir = host.shm
 	}
 	if dev.UUID != "" {
 		d.Env = append(d.Env, envVisibleDevices+"="+dev.UUID)
