@@ -19,9 +19,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -189,7 +190,7 @@ func runScenario(ctx context.Context, r *scenarios.Runner, n int, s *scenarios.S
 			nodes[rep.Node] = true
 		}
 	}
-	for _, n := range sortedKeys(nodes) {
+	for _, n := range slices.Sorted(maps.Keys(nodes)) {
 		gpus, err := r.NodeSummary(ctx, n)
 		if err != nil {
 			res.err = err
@@ -310,15 +311,15 @@ func explain(ctx context.Context, r *scenarios.Runner, s *scenarios.Scenario) {
 func waitForSlices(ctx context.Context, r *scenarios.Runner) ([]string, error) {
 	deadline := time.Now().Add(r.Timeout)
 	for {
-		slices, err := r.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + r.Driver})
-		if err == nil && len(slices.Items) > 0 {
+		list, err := r.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + r.Driver})
+		if err == nil && len(list.Items) > 0 {
 			nodes := map[string]bool{}
-			for _, s := range slices.Items {
+			for _, s := range list.Items {
 				if s.Spec.NodeName != nil {
 					nodes[*s.Spec.NodeName] = true
 				}
 			}
-			return sortedKeys(nodes), nil
+			return slices.Sorted(maps.Keys(nodes)), nil
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("no ResourceSlices of driver %s after %s (is the chart installed?): %v", r.Driver, r.Timeout, err)
@@ -338,15 +339,6 @@ func matchesAny(name, prefixes string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func truncate(s string, n int) string {

@@ -5,8 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -153,7 +154,7 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			if fmt.Sprint(shares) != fmt.Sprint(u.shares) {
 				fail("%s: shares %v, the claims hold %v", where, shares, u.shares)
 			}
-			if got, want := strings.Join(sorted(g.Usage.Claims), ","), strings.Join(sortedKeys(u.claims), ","); got != want {
+			if got, want := strings.Join(slices.Sorted(slices.Values(g.Usage.Claims)), ","), strings.Join(slices.Sorted(maps.Keys(u.claims)), ","); got != want {
 				fail("%s: claims %q, want %q", where, got, want)
 			}
 			wantState := kubectlgpu.StateFree
@@ -207,7 +208,7 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			got = append(got, d.Pool+"/"+d.Device+"#"+d.ShareID)
 		}
 		want := wantClaims[key]
-		if strings.Join(sorted(got), " ") != strings.Join(sorted(want), " ") {
+		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
 			fail("claim %s: devices %v, its status allocates %v", key, got, want)
 		}
 		if len(want) > 0 && !strings.HasPrefix(c.State, "allocated") {
@@ -221,19 +222,4 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 		}
 	}
 	return problems, nil
-}
-
-func sorted(s []string) []string {
-	out := append([]string(nil), s...)
-	sort.Strings(out)
-	return out
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
