@@ -46,7 +46,6 @@ func GenerateNames(client *fake.Clientset) {
 // control daemons in the host's PID namespace.
 type Kubelet struct {
 	client *fake.Clientset
-	ns     string
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -63,7 +62,7 @@ func StartKubelet(client *fake.Clientset, ns string) (*Kubelet, error) {
 		cancel()
 		return nil, err
 	}
-	k := &Kubelet{client: client, ns: ns, cancel: cancel, done: make(chan struct{}), procs: map[types.UID]*os.Process{}}
+	k := &Kubelet{client: client, cancel: cancel, done: make(chan struct{}), procs: map[types.UID]*os.Process{}}
 	go func() {
 		defer close(k.done)
 		defer w.Stop()
