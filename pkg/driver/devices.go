@@ -36,7 +36,7 @@ func plannedDevice(pub *devicemodel.Published, r resourceapi.DeviceRequestAlloca
 		}
 		pd.UUIDs = []string{pub.GPU.UUID}
 	case pub.StaticMIG != nil:
-		if err := checkMIGConfig(cfg, r.Device); err != nil {
+		if err := planMIGSharing(cfg, r.Device, &pd, &in); err != nil {
 			return pd, in, err
 		}
 		inst := pub.StaticMIG
@@ -46,7 +46,7 @@ func plannedDevice(pub *devicemodel.Published, r resourceapi.DeviceRequestAlloca
 			Placement: checkpoint.MigPlacement(inst.Placement), GIID: inst.GIID, CIID: inst.CIID,
 		}
 	case pub.Type == devicemodel.TypeMIG:
-		if err := checkMIGConfig(cfg, r.Device); err != nil {
+		if err := planMIGSharing(cfg, r.Device, &pd, &in); err != nil {
 			return pd, in, err
 		}
 		// Recorded before the instance exists: profile and placement
@@ -85,23 +85,44 @@ func (d *Driver) prepareDevices(ctx context.Context, entry *checkpoint.PreparedC
 			if err := d.ensureMIGOff(ctx, pd.GPUUUID); err != nil {
 				return fmt.Errorf("device %s: %w", pd.Device, err)
 			}
-		case pd.MIG != nil && pd.MIG.CreatedByDriver:
-			dev, err := d.handle(pd.MIG.ParentUUID)
-			if err != nil {
+		case pd.MIG != nil:
+			if pd.MIG.CreatedByDriver {
+				if err := d.createMIG(ctx, entry, pd); err != nil {
+					return err
+				}
+			}
+			if shareStrategy(pd) == "" {
+				continue
+			}
+			// MPS inside the MIG device: its daemon needs the instance.
+			if err := d.acquireShare(ctx, entry.UID, pd, inputs[i]); err != nil {
 				return err
 			}
-			inst, err := mig.Create(ctx, dev, pd.MIG.GIProfileID, mig.Placement(pd.MIG.Placement))
-			if err != nil {
-				return fmt.Errorf("device %s: %w", pd.Device, err)
-			}
-			pd.MIG.GIID, pd.MIG.CIID = inst.GIID, inst.CIID
-			pd.UUIDs = []string{inst.UUID}
 			if err := d.put(ctx, entry); err != nil {
 				return err
 			}
-			d.fault(FaultPrepareMIGCreated)
 		}
 	}
+	return nil
+}
+
+// createMIG creates the MIG instance a claim's dynamic MIG device needs and
+// records its IDs and UUID.
+func (d *Driver) createMIG(ctx context.Context, entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
+	dev, err := d.handle(pd.MIG.ParentUUID)
+	if err != nil {
+		return err
+	}
+	inst, err := mig.Create(ctx, dev, pd.MIG.GIProfileID, mig.Placement(pd.MIG.Placement))
+	if err != nil {
+		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	pd.MIG.GIID, pd.MIG.CIID = inst.GIID, inst.CIID
+	pd.UUIDs = []string{inst.UUID}
+	if err := d.put(ctx, entry); err != nil {
+		return err
+	}
+	d.fault(FaultPrepareMIGCreated)
 	return nil
 }
 
@@ -112,10 +133,11 @@ func (d *Driver) unprepareDevices(ctx context.Context, entry *checkpoint.Prepare
 	for i := len(entry.Devices) - 1; i >= 0; i-- {
 		pd := &entry.Devices[i]
 		var err error
-		switch {
-		case pd.Kind == devicemodel.TypeTimeSlicing || pd.Kind == devicemodel.TypeMPS:
+		if shareStrategy(pd) != "" {
+			// Before the MIG instance goes: its MPS daemon runs on it.
 			err = d.releaseShare(ctx, entry.UID, pd)
-		case pd.MIG != nil && pd.MIG.CreatedByDriver:
+		}
+		if err == nil && pd.MIG != nil && pd.MIG.CreatedByDriver {
 			err = d.destroyMIG(ctx, pd.MIG)
 		}
 		if err != nil {
@@ -198,12 +220,16 @@ func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	}
 	if pd.MIG != nil {
 		// Kept in the spec so a lost checkpoint can be rebuilt with
-		// what unprepare needs to destroy the instance.
+		// what unprepare needs to destroy the instance (and stop its
+		// MPS daemon first).
 		data, err := json.Marshal(pd.MIG)
 		if err != nil {
 			return cd, err
 		}
 		cd.Annotations = map[string]string{annotationMIG: string(data)}
+		if pd.Sharing != nil {
+			cd.Annotations[annotationSharing] = pd.Sharing.Strategy
+		}
 		caps, err := mig.CapDeviceNodes(d.opts.DriverRoot, pub.GPU.Minor, pd.MIG.GIID, pd.MIG.CIID)
 		if err != nil {
 			return cd, fmt.Errorf("device %s: MIG capability nodes: %w", pd.Device, err)
@@ -213,8 +239,12 @@ func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	return cd, nil
 }
 
-// annotationMIG carries a MIG device's checkpoint record in its CDI spec.
-const annotationMIG = "gpu.dra.dev/mig"
+// annotationMIG carries a MIG device's checkpoint record in its CDI spec,
+// annotationSharing the sharing strategy set up inside it.
+const (
+	annotationMIG     = "gpu.dra.dev/mig"
+	annotationSharing = "gpu.dra.dev/sharing"
+)
 
 // gpuUUIDOf is the physical GPU a recorded device belongs to.
 func gpuUUIDOf(pd checkpoint.PreparedDevice) string {
@@ -230,10 +260,22 @@ func gpuUUIDOf(pd checkpoint.PreparedDevice) string {
 	}
 }
 
-// checkMIGConfig accepts the configs a MIG device supports.
-func checkMIGConfig(cfg gpuv1beta1.Config, device string) error {
-	switch cfg.(type) {
-	case nil, *gpuv1beta1.MigDeviceConfig:
+// planMIGSharing accepts the configs a MIG device supports and plans MPS
+// inside it when the config asks for it. TimeSlicing needs no set-up: the
+// containers of a MIG device share it with the parent GPU's time slice
+// (docs/sharing.md).
+func planMIGSharing(cfg gpuv1beta1.Config, device string, pd *checkpoint.PreparedDevice, in *shareInput) error {
+	switch c := cfg.(type) {
+	case nil:
+		return nil
+	case *gpuv1beta1.MigDeviceConfig:
+		if c.Sharing == nil || c.Sharing.Strategy != gpuv1beta1.MPSStrategy {
+			return nil
+		}
+		// Recorded before any work, so a rollback after a crash knows
+		// to stop the daemon.
+		pd.Sharing = &checkpoint.Sharing{Strategy: string(gpuv1beta1.MPSStrategy)}
+		in.config = &gpuv1beta1.GpuSharing{Strategy: gpuv1beta1.MPSStrategy, MPSConfig: c.Sharing.MPSConfig}
 		return nil
 	default:
 		return fmt.Errorf("device %s is a MIG device: a %s does not apply to it, use %s", device, cfg.GetObjectKind().GroupVersionKind().Kind, gpuv1beta1.MigDeviceConfigKind)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
@@ -112,7 +113,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if pd.Kind == devicemodel.TypeMPS {
+		if shareStrategy(&pd) == gpuv1beta1.MPSStrategy {
 			mpsDevices++
 		}
 		planned = append(planned, pd)

@@ -126,6 +126,9 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 					pd.MIG = &m
 				}
 			}
+			if strategy, ok := dev.Annotations[annotationSharing]; ok {
+				pd.Sharing = &checkpoint.Sharing{Strategy: strategy}
+			}
 			entry.Devices = append(entry.Devices, pd)
 		}
 		cp.Put(entry)

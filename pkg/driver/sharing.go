@@ -69,26 +69,62 @@ func shareDeviceRef(pub *devicemodel.Published) sharing.DeviceRef {
 	return sharing.DeviceRef{UUID: pub.GPU.UUID, Index: pub.GPU.Index}
 }
 
-// acquireShare sets the GPU up for the share's strategy and records the
+// shareStrategy is the sharing strategy a prepared device has the plugin
+// set up: the share's own, or MPS inside a MIG device; "" for none.
+func shareStrategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy {
+	switch {
+	case pd.Kind == devicemodel.TypeTimeSlicing:
+		return gpuv1beta1.TimeSlicingStrategy
+	case pd.Kind == devicemodel.TypeMPS:
+		return gpuv1beta1.MPSStrategy
+	case pd.MIG != nil && pd.Sharing != nil && pd.Sharing.Strategy == string(gpuv1beta1.MPSStrategy):
+		return gpuv1beta1.MPSStrategy
+	}
+	return ""
+}
+
+// shareRef is the device a share's strategy acts on: the GPU, or the MIG
+// device itself (its UUID is empty until the instance exists).
+func (d *Driver) shareRef(pd *checkpoint.PreparedDevice) sharing.DeviceRef {
+	pub := d.devices[pd.Device]
+	if pd.MIG != nil {
+		ref := sharing.DeviceRef{ParentUUID: pd.MIG.ParentUUID}
+		if len(pd.UUIDs) > 0 {
+			ref.UUID = pd.UUIDs[0]
+		}
+		if pub != nil {
+			ref.Index = pub.GPU.Index
+		}
+		return ref
+	}
+	if pub != nil {
+		return shareDeviceRef(pub)
+	}
+	return sharing.DeviceRef{UUID: pd.GPUUUID}
+}
+
+// acquireShare sets the device up for the share's strategy and records the
 // result (daemon pipe dir, time-slice, container edits) in pd.
 func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, in shareInput) error {
 	pub := d.devices[pd.Device]
 	if pub == nil {
 		return fmt.Errorf("device %s is no longer present on this node", pd.Device)
 	}
-	if err := d.ensureMIGOff(ctx, pub.GPU.UUID); err != nil {
-		return fmt.Errorf("device %s: %w", pd.Device, err)
+	if pd.MIG == nil {
+		if err := d.ensureMIGOff(ctx, pub.GPU.UUID); err != nil {
+			return fmt.Errorf("device %s: %w", pd.Device, err)
+		}
 	}
-	id := shareID(claimUID, pd)
+	ref, id := d.shareRef(pd), shareID(claimUID, pd)
 	var res *sharing.Result
 	var err error
-	switch pd.Kind {
-	case devicemodel.TypeTimeSlicing:
+	switch shareStrategy(pd) {
+	case gpuv1beta1.TimeSlicingStrategy:
 		if d.opts.TimeSlicing == nil {
 			return fmt.Errorf("device %s: time-slicing is not configured on this node", pd.Device)
 		}
-		res, err = d.opts.TimeSlicing.Acquire(ctx, shareDeviceRef(pub), id, in.config.TimeSlicingConfig)
-	case devicemodel.TypeMPS:
+		res, err = d.opts.TimeSlicing.Acquire(ctx, ref, id, in.config.TimeSlicingConfig)
+	case gpuv1beta1.MPSStrategy:
 		if d.opts.MPS == nil {
 			return fmt.Errorf("device %s: MPS is not configured on this node", pd.Device)
 		}
@@ -97,7 +133,9 @@ func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *check
 			ComputePercent: int(compute.Value()),
 			MemoryBytes:    memory.Value(),
 		}}
-		res, err = d.opts.MPS.Acquire(ctx, shareDeviceRef(pub), share)
+		res, err = d.opts.MPS.Acquire(ctx, ref, share)
+	default:
+		return fmt.Errorf("device %s: no sharing strategy to set up", pd.Device)
 	}
 	if err != nil {
 		return fmt.Errorf("device %s: %w", pd.Device, err)
@@ -116,16 +154,19 @@ func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *check
 // releaseShare undoes acquireShare; it needs only the record's identity,
 // so it also cleans up after a crash before the result was recorded.
 func (d *Driver) releaseShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice) error {
-	ref := sharing.DeviceRef{UUID: pd.GPUUUID}
-	if pub := d.devices[pd.Device]; pub != nil {
-		ref = shareDeviceRef(pub)
+	ref, id := d.shareRef(pd), shareID(claimUID, pd)
+	if ref.UUID == "" {
+		return nil // a MIG device whose instance was never created
 	}
-	id := shareID(claimUID, pd)
-	switch {
-	case pd.Kind == devicemodel.TypeTimeSlicing && d.opts.TimeSlicing != nil:
-		return d.opts.TimeSlicing.Release(ctx, ref, id)
-	case pd.Kind == devicemodel.TypeMPS && d.opts.MPS != nil:
-		return d.opts.MPS.Release(ctx, ref, id)
+	switch shareStrategy(pd) {
+	case gpuv1beta1.TimeSlicingStrategy:
+		if d.opts.TimeSlicing != nil {
+			return d.opts.TimeSlicing.Release(ctx, ref, id)
+		}
+	case gpuv1beta1.MPSStrategy:
+		if d.opts.MPS != nil {
+			return d.opts.MPS.Release(ctx, ref, id)
+		}
 	}
 	return nil
 }
@@ -166,14 +207,14 @@ func (d *Driver) liveShares() (ts, mps []sharing.ShareRef) {
 	for uid, c := range d.cp.All() {
 		for i := range c.Devices {
 			pd := &c.Devices[i]
-			ref := sharing.ShareRef{Device: sharing.DeviceRef{UUID: pd.GPUUUID}, ID: shareID(uid, pd)}
-			if pub := d.devices[pd.Device]; pub != nil {
-				ref.Device = shareDeviceRef(pub)
+			ref := sharing.ShareRef{Device: d.shareRef(pd), ID: shareID(uid, pd)}
+			if ref.Device.UUID == "" {
+				continue
 			}
-			switch pd.Kind {
-			case devicemodel.TypeTimeSlicing:
+			switch shareStrategy(pd) {
+			case gpuv1beta1.TimeSlicingStrategy:
 				ts = append(ts, ref)
-			case devicemodel.TypeMPS:
+			case gpuv1beta1.MPSStrategy:
 				mps = append(mps, ref)
 			}
 		}
