@@ -72,7 +72,7 @@ func (r *Runner) Check(rep *PodReport) []string {
 					fail("container %s: nvidia-smi -L shows no %s MIG device:\n%s", name, d.Attributes["profile"], v.NvidiaSMI)
 				}
 			}
-			if d.Attributes["type"] == "mps" {
+			if d.Attributes["type"] == "mps" || (d.Attributes["type"] == "mig" && v.Env["CUDA_MPS_PIPE_DIRECTORY"] != "") {
 				if v.Env["CUDA_MPS_PIPE_DIRECTORY"] == "" {
 					fail("container %s: no CUDA_MPS_PIPE_DIRECTORY for MPS share %s", name, d.Device)
 				} else if !slices.Contains(v.MPSPipe, "control") {
@@ -80,7 +80,7 @@ func (r *Runner) Check(rep *PodReport) []string {
 				}
 				// The chart runs the daemon in a pod of its own (kubeletPlugin.mpsDaemonPods).
 				if len(d.MPSDaemons) != 1 || !strings.HasSuffix(d.MPSDaemons[0], "(Running)") {
-					fail("MPS share %s: want one running MPS control daemon pod for GPU %s, have %v", d.Device, d.Attributes["uuid"], d.MPSDaemons)
+					fail("MPS device %s: want one running MPS control daemon pod for it, have %v", d.Device, d.MPSDaemons)
 				}
 			}
 		}

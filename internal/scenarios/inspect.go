@@ -149,9 +149,6 @@ func (r *Runner) inspectPod(ctx context.Context, pod *corev1.Pod, devices map[st
 			return nil, fmt.Errorf("claim %s of pod %s/%s: %w", ref.Name, pod.Namespace, pod.Name, err)
 		}
 		ref.Devices = allocatedDevices(claim, devices)
-		if err := r.findMPSDaemons(ctx, ref.Devices); err != nil {
-			return nil, err
-		}
 		rep.Claims = append(rep.Claims, ref)
 	}
 	if pod.Status.Phase == corev1.PodRunning {
@@ -160,15 +157,46 @@ func (r *Runner) inspectPod(ctx context.Context, pod *corev1.Pod, devices map[st
 			rep.Containers[c.Name] = r.containerView(ctx, pod, c.Name)
 		}
 	}
+	for i := range rep.Claims {
+		if err := r.findMPSDaemons(ctx, rep.Claims[i].Devices, rep.mpsMIGDevice()); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
-// findMPSDaemons fills in the MPS control daemon pods of MPS shares: the
-// plugin runs one per GPU under MPS, annotated with the GPU's UUID.
-func (r *Runner) findMPSDaemons(ctx context.Context, devices []DeviceReport) error {
+// mpsMIGDevice is the MIG UUID a container of the pod reaches through an MPS
+// pipe directory ("" if none): a dynamic MIG device has no UUID attribute,
+// only the container knows which instance it got.
+func (rep *PodReport) mpsMIGDevice() string {
+	for _, v := range rep.Containers {
+		if v.Env["CUDA_MPS_PIPE_DIRECTORY"] == "" {
+			continue
+		}
+		for _, id := range strings.Split(v.Env["NVIDIA_VISIBLE_DEVICES"], ",") {
+			if strings.HasPrefix(id, "MIG-") {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+// findMPSDaemons fills in the MPS control daemon pods of MPS shares and of
+// a MIG device under MPS (migUUID): the plugin runs one per GPU or MIG
+// device under MPS, annotated with the device's UUID.
+func (r *Runner) findMPSDaemons(ctx context.Context, devices []DeviceReport, migUUID string) error {
 	for i := range devices {
 		d := &devices[i]
-		if d.Attributes["type"] != "mps" {
+		uuid := d.Attributes["uuid"]
+		switch d.Attributes["type"] {
+		case "mps":
+		case "mig":
+			if migUUID == "" {
+				continue
+			}
+			uuid = migUUID
+		default:
 			continue
 		}
 		pods, err := r.Cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=mps-control-daemon"})
@@ -176,7 +204,7 @@ func (r *Runner) findMPSDaemons(ctx context.Context, devices []DeviceReport) err
 			return fmt.Errorf("list MPS control daemon pods: %w", err)
 		}
 		for _, p := range pods.Items {
-			if p.Annotations[d.Driver+"/device"] == d.Attributes["uuid"] {
+			if p.Annotations[d.Driver+"/device"] == uuid {
 				d.MPSDaemons = append(d.MPSDaemons, fmt.Sprintf("pod %s/%s (%s)", p.Namespace, p.Name, p.Status.Phase))
 			}
 		}

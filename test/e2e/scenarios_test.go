@@ -197,6 +197,25 @@ var scenarioChecks = map[string]func(t *testing.T, p podSet){
 			}
 		}
 	},
+	"09-mig-mps": func(t *testing.T, p podSet) {
+		a, b := p.get(t, "mig-mps-a"), p.get(t, "mig-mps-b")
+		da := only(t, a)
+		if da.Attributes["profile"] != "2g.20gb" || da.Device != only(t, b).Device {
+			t.Errorf("want one 2g.20gb MIG device for both pods, got %s (%s) and %s", da.Device, da.Attributes["profile"], only(t, b).Device)
+		}
+		uuid := env0(a, "NVIDIA_VISIBLE_DEVICES")
+		for _, r := range []*scenarios.PodReport{a, b} {
+			if got := env0(r, "NVIDIA_VISIBLE_DEVICES"); got != uuid || !strings.HasPrefix(got, "MIG-") {
+				t.Errorf("pod %s sees %q, want the shared MIG device %s", r.Name, got, uuid)
+			}
+			if got := env0(r, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); got != "50" {
+				t.Errorf("pod %s: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q, want 50", r.Name, got)
+			}
+			if d := only(t, r); len(d.MPSDaemons) != 1 {
+				t.Errorf("pod %s: want one MPS control daemon pod for %s, have %v", r.Name, uuid, d.MPSDaemons)
+			}
+		}
+	},
 	"05-model": func(t *testing.T, p podSet) {
 		h100 := only(t, p.get(t, "h100-only"))
 		if !strings.HasPrefix(h100.Attributes["productName"], "NVIDIA H100") {
