@@ -135,6 +135,13 @@ func (r *Runner) inspectPod(ctx context.Context, pod *corev1.Pod, devices map[st
 		rep.Events = lastDistinct(evs, 2)
 	}
 	var refs []ClaimReport
+	// A claim named in the pod spec has no status entry; a template's
+	// generated claim has one.
+	for _, c := range pod.Spec.ResourceClaims {
+		if c.ResourceClaimName != nil {
+			refs = append(refs, ClaimReport{PodClaimName: c.Name, Name: *c.ResourceClaimName})
+		}
+	}
 	for _, st := range pod.Status.ResourceClaimStatuses {
 		if st.ResourceClaimName != nil {
 			refs = append(refs, ClaimReport{PodClaimName: st.Name, Name: *st.ResourceClaimName})
