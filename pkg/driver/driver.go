@@ -187,23 +187,6 @@ func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
 	return out
 }
 
-// Fault points passed to Options.FaultHook.
-const (
-	FaultPrepareStarted    = "prepare:started-recorded"
-	FaultPrepareMIGCreated = "prepare:mig-created"
-	FaultPrepareCDIWritten = "prepare:cdi-written"
-	FaultPrepareCompleted  = "prepare:completed-recorded"
-	FaultUnprepareStarted  = "unprepare:started-recorded"
-	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
-	FaultUnprepareDone     = "unprepare:forgotten"
-)
-
-func (d *Driver) fault(point string) {
-	if d.opts.FaultHook != nil {
-		d.opts.FaultHook(point)
-	}
-}
-
 // save persists the checkpoint; the caller holds d.mu.
 func (d *Driver) save(ctx context.Context) error {
 	if err := d.store.Save(ctx, d.cp); err != nil {

@@ -1,0 +1,31 @@
+package driver
+
+// Fault points passed to Options.FaultHook: each names the step just done,
+// between two side effects, so a crash test can kill the process there.
+const (
+	FaultPrepareStarted    = "prepare:started-recorded"
+	FaultPrepareMIGCreated = "prepare:mig-created"
+	FaultPrepareCDIWritten = "prepare:cdi-written"
+	FaultPrepareCompleted  = "prepare:completed-recorded"
+	FaultUnprepareStarted  = "unprepare:started-recorded"
+	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
+	FaultUnprepareDone     = "unprepare:forgotten"
+)
+
+// FaultPoints lists every fault point the driver passes to
+// Options.FaultHook, for fault campaigns that visit them all.
+var FaultPoints = []string{
+	FaultPrepareStarted,
+	FaultPrepareMIGCreated,
+	FaultPrepareCDIWritten,
+	FaultPrepareCompleted,
+	FaultUnprepareStarted,
+	FaultUnprepareCDIGone,
+	FaultUnprepareDone,
+}
+
+func (d *Driver) fault(point string) {
+	if d.opts.FaultHook != nil {
+		d.opts.FaultHook(point)
+	}
+}
