@@ -427,12 +427,21 @@ func TestQuarantine(t *testing.T) {
 		if content, err := os.ReadFile(got); err != nil || string(content) != garbage {
 			t.Errorf("quarantined file holds %q (%v), want %q", content, err, garbage)
 		}
-		c, err := store.Load(ctx)
-		if err != nil || c.Len() != 0 {
-			t.Errorf("Load after quarantine = %d claims, %v; want an empty checkpoint", c.Len(), err)
+		// The original stays until the caller replaces it: a crash
+		// before that must not leave "no checkpoint" behind.
+		if content, err := os.ReadFile(path); err != nil || string(content) != garbage {
+			t.Errorf("checkpoint after quarantine holds %q (%v), want it untouched", content, err)
+		}
+		// Quarantining it again (a crash before the rebuilt file was
+		// saved) keeps the one copy.
+		if again, err := quarantine(path, now.Add(time.Hour)); err != nil || again != got {
+			t.Errorf("second quarantine = %s, %v; want the existing copy %s", again, err, got)
 		}
 	}
 
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := Quarantine(path); err == nil {
 		t.Errorf("Quarantine of a missing file returned %s, want an error", got)
 	}

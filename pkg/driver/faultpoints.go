@@ -10,6 +10,12 @@ const (
 	FaultUnprepareStarted  = "unprepare:started-recorded"
 	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
 	FaultUnprepareDone     = "unprepare:forgotten"
+
+	// Recovery at start (New).
+	FaultRecoverCorruptCopied = "recover:corrupt-copied"
+	FaultRecoverRebuiltSaved  = "recover:rebuilt-saved"
+	FaultRecoverRolledBack    = "recover:rolled-back"
+	FaultRecoverOrphanRemoved = "recover:orphan-removed"
 )
 
 // FaultPoints lists every fault point the driver passes to
@@ -22,6 +28,10 @@ var FaultPoints = []string{
 	FaultUnprepareStarted,
 	FaultUnprepareCDIGone,
 	FaultUnprepareDone,
+	FaultRecoverCorruptCopied,
+	FaultRecoverRebuiltSaved,
+	FaultRecoverRolledBack,
+	FaultRecoverOrphanRemoved,
 }
 
 func (d *Driver) fault(point string) {

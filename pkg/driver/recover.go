@@ -18,26 +18,22 @@ import (
 //   - a claim left in PrepareStarted is rolled back (the kubelet retries
 //     the prepare, which then starts clean);
 //   - a CDI spec without a completed claim is an orphan and is removed;
-//   - a corrupt checkpoint is moved aside and rebuilt from the CDI specs,
-//     which carry each claim's devices in their annotations.
+//   - a corrupt or missing checkpoint is rebuilt from the CDI specs, which
+//     carry each claim's devices in their annotations.
+//
+// Each step is safe to interrupt: a crash at any fault point leaves a state
+// that the next start recovers the same way. In particular a spec is never
+// removed unless a trusted checkpoint file positively says its claim is not
+// prepared: a rebuilt checkpoint is saved before anything is removed.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	specs, err := d.opts.CDI.ListClaimSpecs(ctx)
 	if err != nil {
 		return fmt.Errorf("list CDI specs: %w", err)
 	}
-
-	cp, err := d.store.Load(ctx)
-	switch {
-	case errors.Is(err, checkpoint.ErrCorrupt):
-		moved, qerr := checkpoint.Quarantine(d.opts.CheckpointPath)
-		if qerr != nil {
-			return fmt.Errorf("%w; moving it aside also failed: %w", err, qerr)
-		}
-		logger.Error(err, "Checkpoint is corrupt: moved it aside and rebuilding prepared claims from CDI specs", "movedTo", moved)
-		cp = rebuildFromSpecs(specs)
-	case err != nil:
-		return fmt.Errorf("load checkpoint: %w", err)
+	cp, err := d.loadOrRebuild(ctx, specs)
+	if err != nil {
+		return err
 	}
 	d.cp = cp
 
@@ -50,6 +46,7 @@ func (d *Driver) recover(ctx context.Context) error {
 		if err := d.rollback(ctx, entry); err != nil {
 			return fmt.Errorf("roll back claim %s/%s: %w", entry.Namespace, entry.Name, err)
 		}
+		d.fault(FaultRecoverRolledBack)
 	}
 	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
@@ -61,6 +58,7 @@ func (d *Driver) recover(ctx context.Context) error {
 		if err := d.opts.CDI.RemoveClaimSpec(ctx, spec.Claim.UID); err != nil {
 			return fmt.Errorf("remove orphaned CDI spec of claim %s: %w", spec.Claim.UID, err)
 		}
+		d.fault(FaultRecoverOrphanRemoved)
 	}
 	d.missingSpecs = nil
 	for uid := range d.cp.All() {
@@ -71,6 +69,50 @@ func (d *Driver) recover(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.save(ctx)
+}
+
+// loadOrRebuild loads the checkpoint. A corrupt one is copied aside and a
+// missing one (deleted, or lost with its directory) while claim specs exist
+// is not "nothing prepared": both are rebuilt from the specs, and the rebuilt
+// checkpoint is saved (replacing the corrupt file atomically) before the
+// caller acts on it.
+func (d *Driver) loadOrRebuild(ctx context.Context, specs []cdi.ClaimSpecInfo) (*checkpoint.Checkpoint, error) {
+	logger := klog.FromContext(ctx)
+	exists, err := checkpoint.Exists(d.opts.CheckpointPath)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := d.store.Load(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		kept, qerr := checkpoint.Quarantine(d.opts.CheckpointPath)
+		if qerr != nil {
+			return nil, fmt.Errorf("%w; copying it aside also failed: %w", err, qerr)
+		}
+		logger.Error(err, "Checkpoint is corrupt: copied it aside and rebuilding prepared claims from CDI specs", "copiedTo", kept)
+		d.fault(FaultRecoverCorruptCopied)
+	case err != nil:
+		return nil, fmt.Errorf("load checkpoint: %w", err)
+	case exists || !hasReadableSpec(specs):
+		return cp, nil
+	default:
+		logger.Error(nil, "Checkpoint file is missing but CDI specs of prepared claims exist: rebuilding prepared claims from them", "path", d.opts.CheckpointPath)
+	}
+	cp = rebuildFromSpecs(specs)
+	if err := d.store.Save(ctx, cp); err != nil {
+		return nil, fmt.Errorf("save checkpoint rebuilt from CDI specs: %w", err)
+	}
+	d.fault(FaultRecoverRebuiltSaved)
+	return cp, nil
+}
+
+func hasReadableSpec(specs []cdi.ClaimSpecInfo) bool {
+	for _, s := range specs {
+		if s.Err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteMissingSpecs writes again the spec of a prepared claim whose spec

@@ -82,6 +82,13 @@ func runChild(root, crashAt string) error {
 	return app.Run(ctx, cfg)
 }
 
+// childCommand runs the test binary as the plugin, killed at crashAt.
+func childCommand(dirs plugintest.Dirs, crashAt string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
+	return cmd
+}
+
 type child struct {
 	cmd     *exec.Cmd
 	kubelet *kubeletstandin.Kubelet
@@ -99,8 +106,7 @@ func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
 		t.Fatal(err)
 	}
 	defer func() { _ = log.Close() }()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
+	cmd := childCommand(dirs, crashAt)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
