@@ -196,25 +196,6 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 	return planned, inputs, keys, nil
 }
 
-// conflictLocked is the last line of defense against handing one device to
-// two claims: the scheduler should never allocate it twice, but a stale
-// allocation must not give a second pod the same GPU. Caller holds d.mu.
-func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevice) error {
-	for otherUID, other := range d.cp.All() {
-		if otherUID == uid {
-			continue
-		}
-		for _, od := range other.Devices {
-			for _, pd := range planned {
-				if od.Device == pd.Device && (od.ShareID == "" || pd.ShareID == "") {
-					return fmt.Errorf("device %s is already prepared for claim %s/%s (%s)", pd.Device, other.Namespace, other.Name, otherUID)
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // writeCDI writes the claim's CDI spec and records the returned IDs.
 func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	devices := make([]cdi.ClaimDevice, 0, len(entry.Devices))
