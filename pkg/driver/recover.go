@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -44,7 +45,11 @@ func (d *Driver) recover(ctx context.Context) error {
 		entry := cloneClaim(entry)
 		logger.Info("Rolling back a preparation interrupted by a restart", "claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", entry.UID)
 		if err := d.rollback(ctx, entry); err != nil {
-			return fmt.Errorf("roll back claim %s/%s: %w", entry.Namespace, entry.Name, err)
+			// One GPU that cannot be reached (lost, in reset) must not
+			// stop the node: the other GPUs are served, the entry
+			// stays for the kubelet's retries of this claim.
+			d.reportProblem(ctx, entry, fmt.Errorf("roll back: %w", err))
+			continue
 		}
 		d.fault(FaultRecoverRolledBack)
 	}
@@ -104,6 +109,35 @@ func (d *Driver) loadOrRebuild(ctx context.Context, specs []cdi.ClaimSpecInfo) (
 	}
 	d.fault(FaultRecoverRebuiltSaved)
 	return cp, nil
+}
+
+// reportProblem records that the claim's entry is kept as it is because
+// recovery could not deal with it; the kubelet's next prepare or unprepare
+// of the claim tries again.
+func (d *Driver) reportProblem(ctx context.Context, entry *checkpoint.PreparedClaim, err error) {
+	klog.FromContext(ctx).Error(err, "Cannot recover claim at start; keeping its checkpoint entry for a retry and serving the other claims",
+		"claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", entry.UID, "state", entry.State, "devices", deviceNames(entry.Devices))
+	if d.opts.Metrics != nil {
+		d.opts.Metrics.ObserveError(operationRecover, reasonUnrecovered)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.problems[entry.UID] = err.Error()
+}
+
+// Labels of DriverMetrics.Errors for claims recovery left as they were.
+const (
+	operationRecover  = "recover"
+	reasonUnrecovered = "unrecovered_claim"
+)
+
+// RecoveryProblems returns the claims whose checkpoint entries recovery
+// kept unchanged at start, with the reason; an entry leaves the list once a
+// later prepare or unprepare of its claim succeeds.
+func (d *Driver) RecoveryProblems() map[types.UID]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.problems)
 }
 
 func hasReadableSpec(specs []cdi.ClaimSpecInfo) bool {
