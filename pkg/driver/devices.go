@@ -90,6 +90,9 @@ func (d *Driver) prepareDevices(ctx context.Context, entry *checkpoint.PreparedC
 			if err != nil {
 				return err
 			}
+			if err := d.recordMIGIntent(entry, pd); err != nil {
+				return err
+			}
 			inst, err := mig.Create(ctx, dev, pd.MIG.GIProfileID, mig.Placement(pd.MIG.Placement))
 			if err != nil {
 				return fmt.Errorf("device %s: %w", pd.Device, err)
@@ -116,7 +119,9 @@ func (d *Driver) unprepareDevices(ctx context.Context, entry *checkpoint.Prepare
 		case pd.Kind == devicemodel.TypeTimeSlicing || pd.Kind == devicemodel.TypeMPS:
 			err = d.releaseShare(ctx, entry.UID, pd)
 		case pd.MIG != nil && pd.MIG.CreatedByDriver:
-			err = d.destroyMIG(ctx, pd.MIG)
+			if err = d.destroyMIG(ctx, pd.MIG); err == nil {
+				err = d.forgetMIGIntent(entry.UID, pd.MIG)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("device %s: %w", pd.Device, err))

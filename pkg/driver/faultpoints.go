@@ -16,6 +16,9 @@ const (
 	FaultRecoverRebuiltSaved  = "recover:rebuilt-saved"
 	FaultRecoverRolledBack    = "recover:rolled-back"
 	FaultRecoverOrphanRemoved = "recover:orphan-removed"
+	// A MIG instance whose record was lost is destroyed, its intent not
+	// yet removed.
+	FaultRecoverLeakedMIGDestroyed = "recover:leaked-mig-destroyed"
 )
 
 // FaultPoints lists every fault point the driver passes to
@@ -32,6 +35,7 @@ var FaultPoints = []string{
 	FaultRecoverRebuiltSaved,
 	FaultRecoverRolledBack,
 	FaultRecoverOrphanRemoved,
+	FaultRecoverLeakedMIGDestroyed,
 }
 
 func (d *Driver) fault(point string) {

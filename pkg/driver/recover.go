@@ -53,6 +53,7 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 		d.fault(FaultRecoverRolledBack)
 	}
+	d.destroyLeakedMIG(ctx)
 	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
 		if entry, ok := d.cp.Get(spec.Claim.UID); ok && entry.State == checkpoint.PrepareCompleted {
@@ -129,6 +130,7 @@ func (d *Driver) reportProblem(ctx context.Context, entry *checkpoint.PreparedCl
 const (
 	operationRecover  = "recover"
 	reasonUnrecovered = "unrecovered_claim"
+	reasonMIGLeak     = "leaked_mig"
 )
 
 // RecoveryProblems returns the claims whose checkpoint entries recovery

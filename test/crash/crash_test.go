@@ -187,6 +187,10 @@ func TestCrashConvergence(t *testing.T) {
 			if len(insts) != want || (want == 1 && (insts[0].Profile != "2g.20gb" || len(insts[0].ComputeInstances) != 1)) {
 				t.Fatalf("prepared=%v: MIG instances on GPU 0 = %+v", prepared, insts)
 			}
+			// Each instance the driver holds has its intent, no more.
+			if intents, _ := filepath.Glob(filepath.Join(dirs.PluginData, "mig-intents", "*.json")); len(intents) != want {
+				t.Fatalf("prepared=%v: MIG intents = %v, want %d", prepared, intents, want)
+			}
 		})
 	})
 }

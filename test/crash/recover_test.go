@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -19,6 +21,8 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 // TestRecoveryCrash kills the plugin at each step of its own recovery (a
@@ -105,6 +109,112 @@ func TestRecoveryCrash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCorruptCheckpointLeaksNoMIG loses the checkpoint while a MIG instance
+// the driver created is known only to it (prepare before the spec is
+// written, unprepare after the spec is removed): the next start must still
+// destroy the instance, or the GPU would publish it as a static MIG device
+// for ever. An operator's static instance is never touched.
+func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
+	tests := map[string]struct {
+		prepareFirst bool   // prepare the claim before the crash
+		crashAt      string // where prepare or unprepare dies
+		recoverAt    string // where the first recovery dies, if anywhere
+		// kept: the spec survives, so the claim is rebuilt as prepared
+		// and its instance is in use, not leaked.
+		kept bool
+	}{
+		"prepare, instance created":                         {crashAt: driver.FaultPrepareMIGCreated},
+		"prepare, spec written":                             {crashAt: driver.FaultPrepareCDIWritten, kept: true},
+		"unprepare, spec removed":                           {prepareFirst: true, crashAt: driver.FaultUnprepareCDIGone},
+		"prepare, instance created; recovery dies after it": {crashAt: driver.FaultPrepareMIGCreated, recoverAt: driver.FaultRecoverLeakedMIGDestroyed},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dirs, _, claim := recoverySetup(t)
+			ctx := context.Background()
+			// An operator's MIG instance, made before the plugin ran:
+			// static, not the driver's, so never destroyed.
+			static := createStaticMIG(t, dirs, 2)
+			if tc.prepareFirst {
+				c := startChild(t, dirs, "")
+				if _, err := c.kubelet.PrepareOne(ctx, claim); err != nil {
+					t.Fatalf("prepare: %v\n%s", err, pluginLog(dirs))
+				}
+				c.stop(t)
+			}
+			c := startChild(t, dirs, tc.crashAt)
+			go func() {
+				if tc.prepareFirst {
+					_ = c.kubelet.UnprepareOne(ctx, claim)
+				} else {
+					_, _ = c.kubelet.PrepareOne(ctx, claim)
+				}
+			}()
+			waitDead(t, dirs, c, tc.crashAt)
+			if n := len(simInstances(t, dirs, 1)); n != 1 {
+				t.Fatalf("MIG instances on GPU 1 after the crash = %d, want the claim's", n)
+			}
+			writeFile(t, checkpointPath(dirs), "{garbage")
+			if tc.recoverAt != "" {
+				waitDead(t, dirs, startCrashingChild(t, dirs, tc.recoverAt), tc.recoverAt)
+			}
+
+			c = startChild(t, dirs, "")
+			defer c.stop(t)
+			want := 0
+			if tc.kept {
+				want = 1
+			}
+			if insts := simInstances(t, dirs, 1); len(insts) != want {
+				t.Fatalf("MIG instances on GPU 1 after recovery = %+v, want %d", insts, want)
+			}
+			if completed(t, dirs, claim.UID) != tc.kept {
+				t.Fatalf("claim completed after recovery = %v, want %v", !tc.kept, tc.kept)
+			}
+			if insts := simInstances(t, dirs, 2); len(insts) != 1 || insts[0].ID != static {
+				t.Fatalf("MIG instances on GPU 2 after recovery = %+v, want the static one (GI %d) untouched", insts, static)
+			}
+			if intents, _ := filepath.Glob(filepath.Join(dirs.PluginData, "mig-intents", "*")); len(intents) != want {
+				t.Errorf("MIG intents left: %v, want %d", intents, want)
+			}
+			// The dynamic device is published again and prepares.
+			if _, err := c.kubelet.PrepareOne(ctx, claim); err != nil {
+				t.Fatalf("prepare after recovery: %v\n%s", err, pluginLog(dirs))
+			}
+			if err := c.kubelet.UnprepareOne(ctx, claim); err != nil {
+				t.Fatalf("unprepare after recovery: %v", err)
+			}
+			if insts := simInstances(t, dirs, 1); len(insts) != 0 {
+				t.Errorf("MIG instances on GPU 1 at the end = %+v, want none", insts)
+			}
+		})
+	}
+}
+
+// createStaticMIG partitions GPU gpu as an admin would before the plugin
+// starts, and returns the GPU instance ID.
+func createStaticMIG(t *testing.T, dirs plugintest.Dirs, gpu int) uint32 {
+	t.Helper()
+	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
+		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret := m.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	defer m.Shutdown()
+	dev, ret := m.DeviceGetHandleByIndex(gpu)
+	if ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	inst, err := mig.Create(context.Background(), dev, 9, mig.Placement{Start: 0, Size: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inst.GIID
 }
 
 // recoverySetup allocates two MIG claims, on GPUs 0 and 1, and writes them
