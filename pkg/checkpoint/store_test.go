@@ -162,10 +162,13 @@ func TestLoadOtherReleases(t *testing.T) {
 						GIID:            13,
 						CIID:            0,
 						CreatedByDriver: true,
+						Unknown:         Unknown{"ciProfileID": json.RawMessage(`0`)},
 					},
+					Unknown: Unknown{"health": json.RawMessage(`{"state":"Healthy"}`), "futureList": json.RawMessage(`[1,2,3]`)},
 				}},
+				Unknown: Unknown{"preparedAt": json.RawMessage(`"2026-11-30T06:00:00Z"`)},
 			},
-		}},
+		}, Unknown: Unknown{"nodeName": json.RawMessage(`"node-a"`)}},
 	}
 	for fixture, want := range tests {
 		t.Run(fixture, func(t *testing.T) {
@@ -178,12 +181,17 @@ func TestLoadOtherReleases(t *testing.T) {
 			if diff := cmp.Diff(want, got, rawJSONEqual); diff != "" {
 				t.Errorf("loaded checkpoint differs (-want +got):\n%s", diff)
 			}
-			// What this release writes back is readable again.
+			// What this release writes back is readable again, with the
+			// fields it does not know: a newer release may need them.
 			if err := store.Save(context.Background(), got); err != nil {
 				t.Fatalf("Save: %v", err)
 			}
-			if _, err := store.Load(context.Background()); err != nil {
+			again, err := store.Load(context.Background())
+			if err != nil {
 				t.Fatalf("Load after Save: %v", err)
+			}
+			if diff := cmp.Diff(want, again, rawJSONEqual); diff != "" {
+				t.Errorf("checkpoint saved by this release lost something (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -48,6 +48,11 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	existing, found := d.cp.Get(claim.UID)
 	conflict := d.conflictLocked(claim.UID, planned)
 	d.mu.Unlock()
+	if found {
+		if err := foreignEntry(existing); err != nil {
+			return nil, err
+		}
+	}
 	if conflict != nil {
 		return nil, conflict
 	}
@@ -101,6 +106,9 @@ func (d *Driver) alreadyPrepared(ctx context.Context, claim *resourceapi.Resourc
 		existing = cloneClaim(existing)
 	}
 	d.mu.Unlock()
+	if found && !existing.State.Known() {
+		return nil, true, foreignEntry(existing)
+	}
 	if !found || existing.State != checkpoint.PrepareCompleted {
 		return nil, false, nil
 	}
@@ -247,6 +255,9 @@ func (d *Driver) unprepareClaim(ctx context.Context, obj kubeletplugin.Namespace
 	d.mu.Unlock()
 	if !found {
 		return nil // a concurrent unprepare finished first
+	}
+	if err := foreignEntry(entry); err != nil {
+		return err
 	}
 	if err := d.rollback(ctx, entry); err != nil {
 		return err

@@ -39,6 +39,10 @@ func (d *Driver) recover(ctx context.Context) error {
 	d.cp = cp
 
 	for _, entry := range d.cp.All() {
+		if err := foreignEntry(entry); err != nil {
+			d.reportProblem(ctx, entry, err)
+			continue
+		}
 		if entry.State == checkpoint.PrepareCompleted {
 			continue
 		}
@@ -56,7 +60,12 @@ func (d *Driver) recover(ctx context.Context) error {
 	d.destroyLeakedMIG(ctx)
 	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
-		if entry, ok := d.cp.Get(spec.Claim.UID); ok && entry.State == checkpoint.PrepareCompleted {
+		entry, ok := d.cp.Get(spec.Claim.UID)
+		if ok && foreignEntry(entry) != nil {
+			haveSpec[spec.Claim.UID] = true // not this release's to fix
+			continue
+		}
+		if ok && entry.State == checkpoint.PrepareCompleted {
 			haveSpec[spec.Claim.UID] = spec.Err == nil
 			continue
 		}
@@ -67,8 +76,8 @@ func (d *Driver) recover(ctx context.Context) error {
 		d.fault(FaultRecoverOrphanRemoved)
 	}
 	d.missingSpecs = nil
-	for uid := range d.cp.All() {
-		if !haveSpec[uid] {
+	for uid, entry := range d.cp.All() {
+		if !haveSpec[uid] && foreignEntry(entry) == nil {
 			d.missingSpecs = append(d.missingSpecs, uid)
 		}
 	}
@@ -110,6 +119,23 @@ func (d *Driver) loadOrRebuild(ctx context.Context, specs []cdi.ClaimSpecInfo) (
 	}
 	d.fault(FaultRecoverRebuiltSaved)
 	return cp, nil
+}
+
+// foreignEntry says why an entry is left untouched by this release: a newer
+// release wrote it, in a state or with a device kind this one does not
+// know, so rolling it back, or rewriting its spec, could undo the wrong
+// things or miss what it holds. Its devices stay reserved (see
+// physicalConflict) until a release that knows it deals with it.
+func foreignEntry(entry *checkpoint.PreparedClaim) error {
+	if !entry.State.Known() {
+		return fmt.Errorf("claim %s/%s is recorded in state %q, which this release does not know (a newer release prepared it): leaving it untouched", entry.Namespace, entry.Name, entry.State)
+	}
+	for _, pd := range entry.Devices {
+		if !knownKind(pd.Kind) {
+			return fmt.Errorf("claim %s/%s holds device %s of kind %q, which this release does not know (a newer release prepared it): leaving it untouched", entry.Namespace, entry.Name, pd.Device, pd.Kind)
+		}
+	}
+	return nil
 }
 
 // reportProblem records that the claim's entry is kept as it is because
