@@ -84,7 +84,13 @@ func runChild(root, crashAt string) error {
 
 // childCommand runs the test binary as the plugin, killed at crashAt.
 func childCommand(dirs plugintest.Dirs, crashAt string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return childCommandOf(os.Args[0], dirs, crashAt)
+}
+
+// childCommandOf runs bin, a build of this package (possibly of another
+// release), as the plugin.
+func childCommandOf(bin string, dirs plugintest.Dirs, crashAt string) *exec.Cmd {
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
 	return cmd
 }
@@ -97,6 +103,12 @@ type child struct {
 
 func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
 	t.Helper()
+	return startChildOf(t, os.Args[0], dirs, crashAt)
+}
+
+// startChildOf starts bin as the plugin and registers with it.
+func startChildOf(t testing.TB, bin string, dirs plugintest.Dirs, crashAt string) *child {
+	t.Helper()
 	_ = os.RemoveAll(dirs.Registrar)
 	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
 		t.Fatal(err)
@@ -106,7 +118,7 @@ func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
 		t.Fatal(err)
 	}
 	defer func() { _ = log.Close() }()
-	cmd := childCommand(dirs, crashAt)
+	cmd := childCommandOf(bin, dirs, crashAt)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
