@@ -15,6 +15,14 @@ import (
 // nor a whole GPU while a MIG device of it is in use (the whole-GPU claim
 // would silently run with MIG mode left on). Caller holds d.mu.
 func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevice) error {
+	// One claim's own devices must not overlap either.
+	for i, pd := range planned {
+		for _, od := range planned[i+1:] {
+			if why := physicalConflict(pd, od); why != "" {
+				return fmt.Errorf("device %s overlaps device %s of the same claim: %s", pd.Device, od.Device, why)
+			}
+		}
+	}
 	for otherUID, other := range d.cp.All() {
 		if otherUID == uid {
 			continue

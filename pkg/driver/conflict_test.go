@@ -60,13 +60,7 @@ func TestPhysicalConflict(t *testing.T) {
 // allocation asks for both; the MIG device keeps working.
 func TestPrepareRefusesWholeGPUUnderMIG(t *testing.T) {
 	d := newTestDriver(t, nil)
-	migDev := ""
-	for _, p := range d.published {
-		if p.Type == "mig" && p.GPU.Index == 0 && p.StaticMIG == nil {
-			migDev = p.Device.Name
-			break
-		}
-	}
+	migDev := firstDynamicMIG(t, d, 0)
 	if err := prepareOne(t, d, allocated("mig", []string{migDev})); err != nil {
 		t.Fatalf("prepare MIG device %s: %v", migDev, err)
 	}
@@ -76,5 +70,17 @@ func TestPrepareRefusesWholeGPUUnderMIG(t *testing.T) {
 	}
 	if got := d.PreparedClaims(); len(got) != 1 || got[0].Name != "mig" {
 		t.Errorf("prepared claims = %+v, want only the MIG claim", got)
+	}
+}
+
+// One claim's own devices must not overlap either.
+func TestPrepareRefusesOverlapWithinAClaim(t *testing.T) {
+	d := newTestDriver(t, nil)
+	err := prepareOne(t, d, allocated("both", []string{"gpu-0", firstDynamicMIG(t, d, 0)}))
+	if err == nil || !strings.Contains(err.Error(), "of the same claim") {
+		t.Fatalf("whole GPU and its MIG device in one claim: err = %v, want an overlap error", err)
+	}
+	if got := d.PreparedClaims(); len(got) != 0 {
+		t.Errorf("prepared claims = %+v, want none", got)
 	}
 }
