@@ -296,3 +296,47 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// A claim to roll back on a GPU that is lost at restart must not stop the
+// node: the plugin starts, serves the healthy GPUs, keeps the claim's entry
+// and finishes the rollback once the GPU is back.
+func TestRestartWithLostGPU(t *testing.T) {
+	dirs, kept, stuck := recoverySetup(t)
+	ctx := context.Background()
+	c := startChild(t, dirs, driver.FaultPrepareMIGCreated)
+	go func() { _, _ = c.kubelet.PrepareOne(ctx, stuck) }()
+	waitDead(t, dirs, c, driver.FaultPrepareMIGCreated)
+	setGPULost(t, dirs, 1, true)
+
+	c = startChild(t, dirs, "")
+	if _, err := c.kubelet.PrepareOne(ctx, kept); err != nil {
+		t.Fatalf("prepare on a healthy GPU while GPU 1 is lost: %v\n%s", err, pluginLog(dirs))
+	}
+	if err := c.kubelet.UnprepareOne(ctx, stuck); err == nil {
+		t.Errorf("unprepare of the claim on the lost GPU succeeded")
+	}
+	c.stop(t)
+
+	setGPULost(t, dirs, 1, false)
+	c = startChild(t, dirs, "")
+	defer c.stop(t)
+	checkConsistent(t, dirs, stuck.UID)
+	if insts := simInstances(t, dirs, 1); len(insts) != 0 {
+		t.Errorf("the stuck claim's MIG instance survived the rollback: %+v", insts)
+	}
+	if _, err := c.kubelet.PrepareOne(ctx, stuck); err != nil {
+		t.Fatalf("prepare once GPU 1 is back: %v", err)
+	}
+}
+
+func setGPULost(t *testing.T, dirs plugintest.Dirs, gpu int, lost bool) {
+	t.Helper()
+	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
+		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetGPULost(gpu, lost); err != nil {
+		t.Fatal(err)
+	}
+}
