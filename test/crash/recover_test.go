@@ -93,6 +93,12 @@ func TestRecoveryCrash(t *testing.T) {
 			if n := len(simInstances(t, dirs, 0)); n != 1 {
 				t.Fatalf("MIG instances of the prepared claim on GPU 0 = %d, want 1", n)
 			}
+			// A corrupt file is kept once, however often recovery was
+			// interrupted.
+			copies, _ := filepath.Glob(checkpointPath(dirs) + ".corrupt-*")
+			if want := strings.HasPrefix(name, "corrupt checkpoint"); (len(copies) == 1) != want || len(copies) > 1 {
+				t.Errorf("quarantined copies %v, want one exactly for a corrupt checkpoint", copies)
+			}
 			if matches, _ := filepath.Glob(orphanSpecPath(t, dirs, kept.UID)); tc.orphan && len(matches) != 0 {
 				t.Errorf("orphaned spec left: %v", matches)
 			}
