@@ -11,7 +11,9 @@ const (
 	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
 	FaultUnprepareDone     = "unprepare:forgotten"
 
-	// Recovery at start (New).
+	// Recovery at start, in New: each fires only when the node's state
+	// calls for its step (a corrupt or missing checkpoint, a preparation
+	// to roll back, an orphaned spec, a leaked MIG instance).
 	FaultRecoverCorruptCopied = "recover:corrupt-copied"
 	FaultRecoverRebuiltSaved  = "recover:rebuilt-saved"
 	FaultRecoverRolledBack    = "recover:rolled-back"
