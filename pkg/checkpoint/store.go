@@ -1,11 +1,14 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -87,16 +90,29 @@ func (s *fileStore) Save(ctx context.Context, c *Checkpoint) error {
 	return nil
 }
 
-// Quarantine renames the checkpoint file at path aside, to
-// "<path>.corrupt-<UTC timestamp>", and returns the new name. The plugin calls
-// it when Load reports ErrCorrupt, so that it can rebuild its state and start
-// instead of failing on the same file forever, while the operator keeps the
-// file for inspection.
+// Quarantine copies the checkpoint file at path aside, to
+// "<path>.corrupt-<UTC timestamp>", and returns the copy's name. The plugin
+// calls it when Load reports ErrCorrupt, so that it can rebuild its state and
+// start instead of failing on the same file forever, while the operator keeps
+// the file for inspection.
+//
+// The file at path is left in place: the caller replaces it with the rebuilt
+// checkpoint (Save is atomic), so a crash at any moment leaves either the
+// corrupt file, which the next start quarantines again, or the rebuilt one,
+// never no checkpoint at all (which would mean "nothing is prepared").
+// Quarantining the same content again returns the existing copy.
 func Quarantine(path string) (string, error) {
 	return quarantine(path, time.Now())
 }
 
 func quarantine(path string, now time.Time) (string, error) {
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("quarantine checkpoint file %s: %w", path, err)
+	}
+	if prev, ok := quarantinedCopy(path, content); ok {
+		return prev, nil // a crash after the copy: already kept
+	}
 	base := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
 	target := base
 	for i := 2; ; i++ {
@@ -110,8 +126,43 @@ func quarantine(path string, now time.Time) (string, error) {
 		// Quarantined twice within a second: keep both files.
 		target = fmt.Sprintf("%s-%d", base, i)
 	}
-	if err := atomicfile.Rename(path, target); err != nil {
+	if err := atomicfile.WriteFile(target, content, fileMode); err != nil {
 		return "", fmt.Errorf("quarantine checkpoint file %s as %s: %w", path, target, err)
 	}
 	return target, nil
+}
+
+// quarantinedCopy returns an existing quarantined copy of path holding
+// content.
+func quarantinedCopy(path string, content []byte) (string, bool) {
+	dir, base := filepath.Split(path)
+	entries, err := os.ReadDir(filepath.Clean(dir))
+	if err != nil {
+		return "", false
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), base+".corrupt-") || !e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, content) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// Exists reports whether a checkpoint file exists at path. A missing file
+// loads as an empty checkpoint; the driver needs to tell it apart from a
+// saved empty one, because only the latter says that nothing is prepared.
+func Exists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	default:
+		return false, fmt.Errorf("stat checkpoint file %s: %w", path, err)
+	}
 }

@@ -162,10 +162,13 @@ func TestLoadOtherReleases(t *testing.T) {
 						GIID:            13,
 						CIID:            0,
 						CreatedByDriver: true,
+						Unknown:         Unknown{"ciProfileID": json.RawMessage(`0`)},
 					},
+					Unknown: Unknown{"health": json.RawMessage(`{"state":"Healthy"}`), "futureList": json.RawMessage(`[1,2,3]`)},
 				}},
+				Unknown: Unknown{"preparedAt": json.RawMessage(`"2026-11-30T06:00:00Z"`)},
 			},
-		}},
+		}, Unknown: Unknown{"nodeName": json.RawMessage(`"node-a"`)}},
 	}
 	for fixture, want := range tests {
 		t.Run(fixture, func(t *testing.T) {
@@ -178,12 +181,17 @@ func TestLoadOtherReleases(t *testing.T) {
 			if diff := cmp.Diff(want, got, rawJSONEqual); diff != "" {
 				t.Errorf("loaded checkpoint differs (-want +got):\n%s", diff)
 			}
-			// What this release writes back is readable again.
+			// What this release writes back is readable again, with the
+			// fields it does not know: a newer release may need them.
 			if err := store.Save(context.Background(), got); err != nil {
 				t.Fatalf("Save: %v", err)
 			}
-			if _, err := store.Load(context.Background()); err != nil {
+			again, err := store.Load(context.Background())
+			if err != nil {
 				t.Fatalf("Load after Save: %v", err)
+			}
+			if diff := cmp.Diff(want, again, rawJSONEqual); diff != "" {
+				t.Errorf("checkpoint saved by this release lost something (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -427,12 +435,21 @@ func TestQuarantine(t *testing.T) {
 		if content, err := os.ReadFile(got); err != nil || string(content) != garbage {
 			t.Errorf("quarantined file holds %q (%v), want %q", content, err, garbage)
 		}
-		c, err := store.Load(ctx)
-		if err != nil || c.Len() != 0 {
-			t.Errorf("Load after quarantine = %d claims, %v; want an empty checkpoint", c.Len(), err)
+		// The original stays until the caller replaces it: a crash
+		// before that must not leave "no checkpoint" behind.
+		if content, err := os.ReadFile(path); err != nil || string(content) != garbage {
+			t.Errorf("checkpoint after quarantine holds %q (%v), want it untouched", content, err)
+		}
+		// Quarantining it again (a crash before the rebuilt file was
+		// saved) keeps the one copy.
+		if again, err := quarantine(path, now.Add(time.Hour)); err != nil || again != got {
+			t.Errorf("second quarantine = %s, %v; want the existing copy %s", again, err, got)
 		}
 	}
 
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := Quarantine(path); err == nil {
 		t.Errorf("Quarantine of a missing file returned %s, want an error", got)
 	}

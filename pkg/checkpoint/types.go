@@ -36,6 +36,16 @@ const (
 	UnprepareStarted ClaimState = "UnprepareStarted"
 )
 
+// Known reports whether s is one of the states this release knows. A newer
+// release may add states; an entry in one of them must be left alone.
+func (s ClaimState) Known() bool {
+	switch s {
+	case PrepareStarted, PrepareCompleted, UnprepareStarted:
+		return true
+	}
+	return false
+}
+
 // Device kinds used by this driver. PreparedDevice.Kind is free-form so that
 // later features can add kinds without changing the format.
 const (
@@ -60,6 +70,8 @@ type PreparedClaim struct {
 	// Devices are the allocated devices the plugin prepared (or started to
 	// prepare) for the claim, in allocation result order.
 	Devices []PreparedDevice `json:"devices,omitempty"`
+	// Unknown are fields of a newer release, kept as they are.
+	Unknown Unknown `json:"-"`
 }
 
 // PreparedDevice is one allocated device of a prepared claim.
@@ -85,6 +97,8 @@ type PreparedDevice struct {
 	MIG *MigInstance `json:"mig,omitempty"`
 	// Sharing describes how the device is shared, if it is.
 	Sharing *Sharing `json:"sharing,omitempty"`
+	// Unknown are fields of a newer release, kept as they are.
+	Unknown Unknown `json:"-"`
 }
 
 // MigInstance identifies a MIG GPU instance and compute instance well enough
@@ -102,6 +116,8 @@ type MigInstance struct {
 	// CreatedByDriver is true when this plugin created the instance (and so
 	// must delete it on unprepare); false when it already existed.
 	CreatedByDriver bool `json:"createdByDriver"`
+	// Unknown are fields of a newer release, kept as they are.
+	Unknown Unknown `json:"-"`
 }
 
 // MigPlacement is a GPU instance placement: the first memory slice and the
@@ -119,6 +135,8 @@ type Sharing struct {
 	// daemon's pipe directory). Its layout belongs to the sharing code; the
 	// checkpoint stores it verbatim.
 	Config json.RawMessage `json:"config,omitempty"`
+	// Unknown are fields of a newer release, kept as they are.
+	Unknown Unknown `json:"-"`
 }
 
 // Checkpoint is the set of claims prepared on this node. The zero value is an
@@ -126,6 +144,8 @@ type Sharing struct {
 type Checkpoint struct {
 	// Claims maps claim UIDs to their records.
 	Claims map[types.UID]*PreparedClaim `json:"claims"`
+	// Unknown are fields of a newer release, kept as they are.
+	Unknown Unknown `json:"-"`
 }
 
 // New returns an empty checkpoint.

@@ -24,7 +24,8 @@ type Options struct {
 // Discover lists the GPUs behind lib, ordered by minor number. NVML must be
 // initialized by the caller. Fields that identify a device (UUID, name,
 // minor, PCI bus ID, memory) are required; an NVML error on them fails
-// discovery, naming the GPU and the call. Optional facts (multiprocessors,
+// discovery, naming the GPU and the call, except that a lost GPU
+// (ERROR_GPU_IS_LOST) is left out, so the others can still be served. Optional facts (multiprocessors,
 // NUMA, NVLink) are left empty when the device does not support them.
 func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]GPU, error) {
 	logger := klog.FromContext(ctx)
@@ -50,10 +51,20 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]GPU, err
 	links := make([]nvlinkPeers, 0, count)
 	for i := range count {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret == nvml.ERROR_GPU_IS_LOST {
+			// One GPU that fell off the bus must not stop the node:
+			// the others are served, this one is not published.
+			logger.Error(ret, "GPU is lost; leaving it out", "index", i)
+			continue
+		}
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("get handle of GPU %d: %w", i, ret)
 		}
 		gpu, err := describe(i, dev)
+		if errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
+			logger.Error(err, "GPU is lost; leaving it out", "index", i)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", i, err)
 		}

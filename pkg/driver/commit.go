@@ -56,6 +56,7 @@ func (d *Driver) commit(ctx context.Context, uid types.UID, entry *checkpoint.Pr
 		d.cp.Put(entry)
 	} else {
 		d.cp.Delete(uid)
+		delete(d.problems, uid) // dealt with at last
 	}
 	if d.batch == nil {
 		d.batch = &commitBatch{done: make(chan struct{})}

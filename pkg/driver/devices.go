@@ -113,6 +113,9 @@ func (d *Driver) createMIG(ctx context.Context, entry *checkpoint.PreparedClaim,
 	if err != nil {
 		return err
 	}
+	if err := d.recordMIGIntent(entry, pd); err != nil {
+		return err
+	}
 	inst, err := mig.Create(ctx, dev, pd.MIG.GIProfileID, mig.Placement(pd.MIG.Placement))
 	if err != nil {
 		return fmt.Errorf("device %s: %w", pd.Device, err)
@@ -138,7 +141,9 @@ func (d *Driver) unprepareDevices(ctx context.Context, entry *checkpoint.Prepare
 			err = d.releaseShare(ctx, entry.UID, pd)
 		}
 		if err == nil && pd.MIG != nil && pd.MIG.CreatedByDriver {
-			err = d.destroyMIG(ctx, pd.MIG)
+			if err = d.destroyMIG(ctx, pd.MIG); err == nil {
+				err = d.forgetMIGIntent(entry.UID, pd.MIG)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("device %s: %w", pd.Device, err))

@@ -84,6 +84,8 @@ type Driver struct {
 	saveMu sync.Mutex
 	// missingSpecs are prepared claims found without a CDI spec at start.
 	missingSpecs []types.UID
+	// problems are the claims recovery kept as they were, with why.
+	problems map[types.UID]string
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -100,6 +102,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		locks:       newKeyedMutex(),
 		store:       checkpoint.NewFileStore(opts.CheckpointPath),
 		attribution: telemetry.NewAttribution(opts.Pods),
+		problems:    map[types.UID]string{},
 	}
 	if err := d.recover(ctx); err != nil {
 		return nil, err
@@ -185,23 +188,6 @@ func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
 		out = append(out, *c)
 	}
 	return out
-}
-
-// Fault points passed to Options.FaultHook.
-const (
-	FaultPrepareStarted    = "prepare:started-recorded"
-	FaultPrepareMIGCreated = "prepare:mig-created"
-	FaultPrepareCDIWritten = "prepare:cdi-written"
-	FaultPrepareCompleted  = "prepare:completed-recorded"
-	FaultUnprepareStarted  = "unprepare:started-recorded"
-	FaultUnprepareCDIGone  = "unprepare:cdi-removed"
-	FaultUnprepareDone     = "unprepare:forgotten"
-)
-
-func (d *Driver) fault(point string) {
-	if d.opts.FaultHook != nil {
-		d.opts.FaultHook(point)
-	}
 }
 
 // save persists the checkpoint; the caller holds d.mu.

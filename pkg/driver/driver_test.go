@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 )
 
 const testDriver = "gpu.dra.dev"
@@ -30,6 +31,14 @@ func newTestDriver(t *testing.T, hook func(string)) *Driver {
 // newTestDriverWith fills in opts for a simulated DGX H100 node-1.
 func newTestDriverWith(t *testing.T, opts Options) *Driver {
 	t.Helper()
+	opts, node := testOptions(t, opts)
+	return startTestDriver(t, opts, node)
+}
+
+// testOptions fills in opts for a simulated DGX H100 node-1; a driver
+// started again with them finds the node as the previous one left it.
+func testOptions(t *testing.T, opts Options) (Options, *simnode.Node) {
+	t.Helper()
 	node := simnode.New(t, "dgxh100", "node-1")
 	root := t.TempDir()
 	driverRoot := filepath.Join(root, "driver")
@@ -40,15 +49,28 @@ func newTestDriverWith(t *testing.T, opts Options) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
 	opts.DriverName, opts.PoolName, opts.NVML, opts.DriverRoot = testDriver, "node-1", node.Machine, driverRoot
 	opts.CDI = cdi.NewWriter(filepath.Join(root, "cdi"), driverRoot, files)
 	opts.CheckpointPath = filepath.Join(root, "checkpoint.json")
+	return opts, node
+}
+
+// startTestDriver starts a driver as the plugin does: New, then the
+// devices of the GPUs that are still there.
+func startTestDriver(t *testing.T, opts Options, node *simnode.Node) *Driver {
+	t.Helper()
+	ctx := t.Context()
 	d, err := New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	published, _ := devicemodel.Model(node.GPUs, devicemodel.Options{NodeName: "node-1", OwnedMIG: d.OwnsMIG})
+	var gpus []discovery.GPU
+	for _, g := range node.GPUs {
+		if !node.Machine.GPULost(g.Index) {
+			gpus = append(gpus, g)
+		}
+	}
+	published, _ := devicemodel.Model(gpus, devicemodel.Options{NodeName: "node-1", OwnedMIG: d.OwnsMIG})
 	d.SetDevices(ctx, published)
 	return d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +28,13 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, fmt.Errorf("claim is not allocated")
 	}
 
+	// A prepared claim gets what it got, without decoding its config
+	// again: a stricter validation after an upgrade must not fail a claim
+	// whose containers already run.
+	if devices, done, err := d.alreadyPrepared(ctx, claim); done {
+		return devices, err
+	}
+
 	planned, inputs, keys, err := d.plan(claim)
 	if err != nil {
 		return nil, err
@@ -34,16 +42,17 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	unlock := d.locks.lock(keys...)
 	defer unlock()
 
+	if devices, done, err := d.alreadyPrepared(ctx, claim); done {
+		return devices, err // a concurrent prepare finished first
+	}
 	d.mu.Lock()
 	existing, found := d.cp.Get(claim.UID)
-	var conflict error
-	if !found || existing.State != checkpoint.PrepareCompleted {
-		conflict = d.conflictLocked(claim.UID, planned)
-	}
+	conflict := d.conflictLocked(claim.UID, planned)
 	d.mu.Unlock()
-	if found && existing.State == checkpoint.PrepareCompleted {
-		logger.V(4).Info("Claim already prepared")
-		return kubeletDevices(existing.Devices), nil
+	if found {
+		if err := foreignEntry(existing); err != nil {
+			return nil, err
+		}
 	}
 	if conflict != nil {
 		return nil, conflict
@@ -87,6 +96,75 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	return kubeletDevices(entry.Devices), nil
 }
 
+// alreadyPrepared returns the recorded result of a completed preparation of
+// the claim (done). The claim's allocation must still be the recorded one:
+// a claim re-allocated under the same UID would otherwise get its old
+// devices.
+func (d *Driver) alreadyPrepared(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, bool, error) {
+	d.mu.Lock()
+	existing, found := d.cp.Get(claim.UID)
+	if found {
+		existing = cloneClaim(existing)
+	}
+	d.mu.Unlock()
+	if found && !existing.State.Known() {
+		return nil, true, foreignEntry(existing)
+	}
+	if !found || existing.State != checkpoint.PrepareCompleted {
+		return nil, false, nil
+	}
+	recorded, current := recordedAllocation(existing.Devices), d.allocationOf(claim)
+	if !slices.Equal(recorded, current) {
+		return nil, true, fmt.Errorf("the claim is prepared on this node with devices %v, its allocation now names %v: it must be unprepared before it is prepared with another allocation", recorded, current)
+	}
+	klog.FromContext(ctx).V(4).Info("Claim already prepared")
+	return kubeletDevices(existing.Devices), true, nil
+}
+
+// allocatedDevice identifies an allocation result for comparisons and
+// messages.
+type allocatedDevice struct {
+	Request, Pool, Device, ShareID string
+}
+
+func (a allocatedDevice) String() string {
+	s := a.Request + ":" + a.Pool + "/" + a.Device
+	if a.ShareID != "" {
+		s += "#" + a.ShareID
+	}
+	return s
+}
+
+// allocationOf lists the claim's allocation results for this driver.
+func (d *Driver) allocationOf(claim *resourceapi.ResourceClaim) []allocatedDevice {
+	var out []allocatedDevice
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.opts.DriverName {
+			continue
+		}
+		a := allocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device}
+		if r.ShareID != nil {
+			a.ShareID = string(*r.ShareID)
+		}
+		out = append(out, a)
+	}
+	return sortedAllocation(out)
+}
+
+// recordedAllocation lists the allocation results a record was prepared for.
+func recordedAllocation(devices []checkpoint.PreparedDevice) []allocatedDevice {
+	out := make([]allocatedDevice, 0, len(devices))
+	for _, pd := range devices {
+		out = append(out, allocatedDevice{Request: pd.Request, Pool: pd.Pool, Device: pd.Device, ShareID: pd.ShareID})
+	}
+	return sortedAllocation(out)
+}
+
+func sortedAllocation(a []allocatedDevice) []allocatedDevice {
+	slices.SortFunc(a, func(x, y allocatedDevice) int { return strings.Compare(x.String(), y.String()) })
+	return a
+}
+
 // plan maps the claim's allocation results for this driver and pool to the
 // devices to prepare, and the GPU locks the preparation needs.
 func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, []shareInput, []string, error) {
@@ -125,25 +203,6 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 		return nil, nil, nil, fmt.Errorf("the claim has %d MPS shares; a container can use only one MPS device", mpsDevices)
 	}
 	return planned, inputs, keys, nil
-}
-
-// conflictLocked is the last line of defense against handing one device to
-// two claims: the scheduler should never allocate it twice, but a stale
-// allocation must not give a second pod the same GPU. Caller holds d.mu.
-func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevice) error {
-	for otherUID, other := range d.cp.All() {
-		if otherUID == uid {
-			continue
-		}
-		for _, od := range other.Devices {
-			for _, pd := range planned {
-				if od.Device == pd.Device && (od.ShareID == "" || pd.ShareID == "") {
-					return fmt.Errorf("device %s is already prepared for claim %s/%s (%s)", pd.Device, other.Namespace, other.Name, otherUID)
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // writeCDI writes the claim's CDI spec and records the returned IDs.
@@ -197,6 +256,9 @@ func (d *Driver) unprepareClaim(ctx context.Context, obj kubeletplugin.Namespace
 	d.mu.Unlock()
 	if !found {
 		return nil // a concurrent unprepare finished first
+	}
+	if err := foreignEntry(entry); err != nil {
+		return err
 	}
 	if err := d.rollback(ctx, entry); err != nil {
 		return err

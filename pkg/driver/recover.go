@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -18,42 +19,53 @@ import (
 //   - a claim left in PrepareStarted is rolled back (the kubelet retries
 //     the prepare, which then starts clean);
 //   - a CDI spec without a completed claim is an orphan and is removed;
-//   - a corrupt checkpoint is moved aside and rebuilt from the CDI specs,
-//     which carry each claim's devices in their annotations.
+//   - a corrupt or missing checkpoint is rebuilt from the CDI specs, which
+//     carry each claim's devices in their annotations.
+//
+// Each step is safe to interrupt: a crash at any fault point leaves a state
+// that the next start recovers the same way. In particular a spec is never
+// removed unless a trusted checkpoint file positively says its claim is not
+// prepared: a rebuilt checkpoint is saved before anything is removed.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	specs, err := d.opts.CDI.ListClaimSpecs(ctx)
 	if err != nil {
 		return fmt.Errorf("list CDI specs: %w", err)
 	}
-
-	cp, err := d.store.Load(ctx)
-	switch {
-	case errors.Is(err, checkpoint.ErrCorrupt):
-		moved, qerr := checkpoint.Quarantine(d.opts.CheckpointPath)
-		if qerr != nil {
-			return fmt.Errorf("%w; moving it aside also failed: %w", err, qerr)
-		}
-		logger.Error(err, "Checkpoint is corrupt: moved it aside and rebuilding prepared claims from CDI specs", "movedTo", moved)
-		cp = rebuildFromSpecs(specs)
-	case err != nil:
-		return fmt.Errorf("load checkpoint: %w", err)
+	cp, err := d.loadOrRebuild(ctx, specs)
+	if err != nil {
+		return err
 	}
 	d.cp = cp
 
 	for _, entry := range d.cp.All() {
+		if err := foreignEntry(entry); err != nil {
+			d.reportProblem(ctx, entry, err)
+			continue
+		}
 		if entry.State == checkpoint.PrepareCompleted {
 			continue
 		}
 		entry := cloneClaim(entry)
 		logger.Info("Rolling back a preparation interrupted by a restart", "claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", entry.UID)
 		if err := d.rollback(ctx, entry); err != nil {
-			return fmt.Errorf("roll back claim %s/%s: %w", entry.Namespace, entry.Name, err)
+			// One GPU that cannot be reached (lost, in reset) must not
+			// stop the node: the other GPUs are served, the entry
+			// stays for the kubelet's retries of this claim.
+			d.reportProblem(ctx, entry, fmt.Errorf("roll back: %w", err))
+			continue
 		}
+		d.fault(FaultRecoverRolledBack)
 	}
+	d.destroyLeakedMIG(ctx)
 	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
-		if entry, ok := d.cp.Get(spec.Claim.UID); ok && entry.State == checkpoint.PrepareCompleted {
+		entry, ok := d.cp.Get(spec.Claim.UID)
+		if ok && foreignEntry(entry) != nil {
+			haveSpec[spec.Claim.UID] = true // not this release's to fix
+			continue
+		}
+		if ok && entry.State == checkpoint.PrepareCompleted {
 			haveSpec[spec.Claim.UID] = spec.Err == nil
 			continue
 		}
@@ -61,16 +73,108 @@ func (d *Driver) recover(ctx context.Context) error {
 		if err := d.opts.CDI.RemoveClaimSpec(ctx, spec.Claim.UID); err != nil {
 			return fmt.Errorf("remove orphaned CDI spec of claim %s: %w", spec.Claim.UID, err)
 		}
+		d.fault(FaultRecoverOrphanRemoved)
 	}
 	d.missingSpecs = nil
-	for uid := range d.cp.All() {
-		if !haveSpec[uid] {
+	for uid, entry := range d.cp.All() {
+		if !haveSpec[uid] && foreignEntry(entry) == nil {
 			d.missingSpecs = append(d.missingSpecs, uid)
 		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.save(ctx)
+}
+
+// loadOrRebuild loads the checkpoint. A corrupt one is copied aside and a
+// missing one (deleted, or lost with its directory) while claim specs exist
+// is not "nothing prepared": both are rebuilt from the specs, and the rebuilt
+// checkpoint is saved (replacing the corrupt file atomically) before the
+// caller acts on it.
+func (d *Driver) loadOrRebuild(ctx context.Context, specs []cdi.ClaimSpecInfo) (*checkpoint.Checkpoint, error) {
+	logger := klog.FromContext(ctx)
+	exists, err := checkpoint.Exists(d.opts.CheckpointPath)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := d.store.Load(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		kept, qerr := checkpoint.Quarantine(d.opts.CheckpointPath)
+		if qerr != nil {
+			return nil, fmt.Errorf("%w; copying it aside also failed: %w", err, qerr)
+		}
+		logger.Error(err, "Checkpoint is corrupt: copied it aside and rebuilding prepared claims from CDI specs", "copiedTo", kept)
+		d.fault(FaultRecoverCorruptCopied)
+	case err != nil:
+		return nil, fmt.Errorf("load checkpoint: %w", err)
+	case exists || !hasReadableSpec(specs):
+		return cp, nil
+	default:
+		logger.Error(nil, "Checkpoint file is missing but CDI specs of prepared claims exist: rebuilding prepared claims from them", "path", d.opts.CheckpointPath)
+	}
+	cp = rebuildFromSpecs(specs)
+	if err := d.store.Save(ctx, cp); err != nil {
+		return nil, fmt.Errorf("save checkpoint rebuilt from CDI specs: %w", err)
+	}
+	d.fault(FaultRecoverRebuiltSaved)
+	return cp, nil
+}
+
+// foreignEntry says why an entry is left untouched by this release: a newer
+// release wrote it, in a state or with a device kind this one does not
+// know, so rolling it back, or rewriting its spec, could undo the wrong
+// things or miss what it holds. Its devices stay reserved (see
+// physicalConflict) until a release that knows it deals with it.
+func foreignEntry(entry *checkpoint.PreparedClaim) error {
+	if !entry.State.Known() {
+		return fmt.Errorf("claim %s/%s is recorded in state %q, which this release does not know (a newer release prepared it): leaving it untouched", entry.Namespace, entry.Name, entry.State)
+	}
+	for _, pd := range entry.Devices {
+		if !knownKind(pd.Kind) {
+			return fmt.Errorf("claim %s/%s holds device %s of kind %q, which this release does not know (a newer release prepared it): leaving it untouched", entry.Namespace, entry.Name, pd.Device, pd.Kind)
+		}
+	}
+	return nil
+}
+
+// reportProblem records that the claim's entry is kept as it is because
+// recovery could not deal with it; the kubelet's next prepare or unprepare
+// of the claim tries again.
+func (d *Driver) reportProblem(ctx context.Context, entry *checkpoint.PreparedClaim, err error) {
+	klog.FromContext(ctx).Error(err, "Cannot recover claim at start; keeping its checkpoint entry for a retry and serving the other claims",
+		"claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", entry.UID, "state", entry.State, "devices", deviceNames(entry.Devices))
+	if d.opts.Metrics != nil {
+		d.opts.Metrics.ObserveError(operationRecover, reasonUnrecovered)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.problems[entry.UID] = err.Error()
+}
+
+// Labels of DriverMetrics.Errors for claims recovery left as they were.
+const (
+	operationRecover  = "recover"
+	reasonUnrecovered = "unrecovered_claim"
+	reasonMIGLeak     = "leaked_mig"
+)
+
+// RecoveryProblems returns the claims whose checkpoint entries recovery
+// kept unchanged at start, with the reason; an entry leaves the list once a
+// later prepare or unprepare of its claim succeeds.
+func (d *Driver) RecoveryProblems() map[types.UID]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.problems)
+}
+
+func hasReadableSpec(specs []cdi.ClaimSpecInfo) bool {
+	for _, s := range specs {
+		if s.Err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteMissingSpecs writes again the spec of a prepared claim whose spec

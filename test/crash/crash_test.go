@@ -82,6 +82,19 @@ func runChild(root, crashAt string) error {
 	return app.Run(ctx, cfg)
 }
 
+// childCommand runs the test binary as the plugin, killed at crashAt.
+func childCommand(dirs plugintest.Dirs, crashAt string) *exec.Cmd {
+	return childCommandOf(os.Args[0], dirs, crashAt)
+}
+
+// childCommandOf runs bin, a build of this package (possibly of another
+// release), as the plugin.
+func childCommandOf(bin string, dirs plugintest.Dirs, crashAt string) *exec.Cmd {
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
+	return cmd
+}
+
 type child struct {
 	cmd     *exec.Cmd
 	kubelet *kubeletstandin.Kubelet
@@ -89,6 +102,12 @@ type child struct {
 }
 
 func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
+	t.Helper()
+	return startChildOf(t, os.Args[0], dirs, crashAt)
+}
+
+// startChildOf starts bin as the plugin and registers with it.
+func startChildOf(t testing.TB, bin string, dirs plugintest.Dirs, crashAt string) *child {
 	t.Helper()
 	_ = os.RemoveAll(dirs.Registrar)
 	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
@@ -99,8 +118,7 @@ func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
 		t.Fatal(err)
 	}
 	defer func() { _ = log.Close() }()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
+	cmd := childCommandOf(bin, dirs, crashAt)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -180,6 +198,10 @@ func TestCrashConvergence(t *testing.T) {
 			}
 			if len(insts) != want || (want == 1 && (insts[0].Profile != "2g.20gb" || len(insts[0].ComputeInstances) != 1)) {
 				t.Fatalf("prepared=%v: MIG instances on GPU 0 = %+v", prepared, insts)
+			}
+			// Each instance the driver holds has its intent, no more.
+			if intents, _ := filepath.Glob(filepath.Join(dirs.PluginData, "mig-intents", "*.json")); len(intents) != want {
+				t.Fatalf("prepared=%v: MIG intents = %v, want %d", prepared, intents, want)
 			}
 		})
 	})
