@@ -51,7 +51,9 @@ func TestCompareFindsAlteredDevice(t *testing.T) {
 	small := &real.MIG.Profiles[0]
 	small.Placements = small.Placements[1:]
 	small.MaxInstances--
-	real.MIG.Profiles = slices.DeleteFunc(real.MIG.Profiles, func(p mig.Profile) bool { return strings.HasSuffix(p.Name, "+me") && p.ComputeSlices == 1 && p.MemorySlices == 1 })
+	real.MIG.Profiles = slices.DeleteFunc(real.MIG.Profiles, func(p mig.Profile) bool {
+		return strings.HasSuffix(p.Name, "+me") && p.ComputeSlices == 1 && p.MemorySlices == 1
+	})
 
 	diffs := Compare(ShapeOf(real, devicemodel.Options{}), ShapeOf(sim, devicemodel.Options{}))
 	got := map[string]Difference{}
