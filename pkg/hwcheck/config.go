@@ -30,8 +30,10 @@ type Config struct {
 	NodeName string
 	// OutDir receives the report and the printed slices.
 	OutDir string
-	// PhaseTimeout bounds each phase; HealthWatch is how long health
-	// events are watched.
+	// Deadline bounds the whole check: phases not done by then are
+	// skipped, and the report is still written. PhaseTimeout bounds each
+	// phase; HealthWatch is how long health events are watched.
+	Deadline     time.Duration
 	PhaseTimeout time.Duration
 	HealthWatch  time.Duration
 	// ExpectClean makes Run fail when the report has any finding (a
@@ -50,6 +52,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "Device policy file --print-slices also runs with (see docs/device-model.md); empty: only the default.")
 	fs.StringVar(&c.NodeName, "node-name", "gpu-check", "Node name used in slices and claims.")
 	fs.StringVar(&c.OutDir, "out", ".", "Directory for gpu-check-report.md, gpu-check-report.json and the printed slices.")
+	fs.DurationVar(&c.Deadline, "deadline", 4*time.Minute, "Longest time the whole check may take; phases left then are skipped and the report is written.")
 	fs.DurationVar(&c.PhaseTimeout, "phase-timeout", 60*time.Second, "Longest time one phase may take.")
 	fs.DurationVar(&c.HealthWatch, "health-watch", 5*time.Second, "How long health events are watched.")
 	fs.BoolVar(&c.ExpectClean, "expect-clean", false, "Exit non-zero when the report has any finding (for the simulated dry run, which must have none).")
@@ -70,6 +73,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeName == "" {
 		return fmt.Errorf("--node-name must not be empty")
+	}
+	if c.Deadline < c.PhaseTimeout {
+		return fmt.Errorf("--deadline=%v must be at least --phase-timeout=%v", c.Deadline, c.PhaseTimeout)
 	}
 	if c.PhaseTimeout <= 0 || c.HealthWatch <= 0 || c.HealthWatch >= c.PhaseTimeout {
 		return fmt.Errorf("--phase-timeout=%v and --health-watch=%v: both must be positive, the watch shorter", c.PhaseTimeout, c.HealthWatch)

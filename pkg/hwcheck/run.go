@@ -54,6 +54,8 @@ func Run(ctx context.Context, cfg Config) error {
 // run is Run in the work directory work.
 func run(ctx context.Context, cfg Config, work string) error {
 	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
+	defer cancel()
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return fmt.Errorf("create --out directory: %w", err)
 	}
@@ -95,6 +97,10 @@ func run(ctx context.Context, cfg Config, work string) error {
 // abandoned when the timeout passes.
 func (c *check) phase(ctx context.Context, name string, fn func(context.Context) error) bool {
 	logger := klog.FromContext(ctx)
+	if ctx.Err() != nil {
+		c.report.Phases = append(c.report.Phases, Phase{Name: name, Error: "skipped: " + context.Cause(ctx).Error()})
+		return false
+	}
 	logger.Info("Phase", "name", name)
 	c.guard.SetPhase(name)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PhaseTimeout)
@@ -113,7 +119,7 @@ func (c *check) phase(ctx context.Context, name string, fn func(context.Context)
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("did not finish within %v", c.cfg.PhaseTimeout)
+		err = fmt.Errorf("did not finish: %w", context.Cause(ctx))
 	}
 	ph := Phase{Name: name, Duration: time.Since(start)}
 	if err != nil {

@@ -19,7 +19,7 @@ func simConfig(t *testing.T, machine string) Config {
 	t.Helper()
 	return Config{
 		Simulate: machine, NodeName: "gpu-check", OutDir: t.TempDir(),
-		PhaseTimeout: time.Minute, HealthWatch: 500 * time.Millisecond, ExpectClean: true,
+		Deadline: 3 * time.Minute, PhaseTimeout: time.Minute, HealthWatch: 500 * time.Millisecond, ExpectClean: true,
 	}
 }
 
@@ -168,5 +168,25 @@ func TestRunReportsRefusedSetter(t *testing.T) {
 	dev, _ := cur.DeviceGetHandleByIndex(0)
 	if mode, _, _ := dev.GetMigMode(); mode != nvml.DEVICE_MIG_ENABLE {
 		t.Error("MIG mode changed behind the guard")
+	}
+}
+
+// Past the deadline the remaining phases are skipped and the report is
+// still written.
+func TestRunDeadlineStillWritesReport(t *testing.T) {
+	cfg := simConfig(t, "dgxh200")
+	cfg.Deadline, cfg.PhaseTimeout, cfg.HealthWatch = 2*time.Second, 2*time.Second, time.Second
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	if err := Run(ctx, cfg); err == nil {
+		t.Fatal("Run succeeded with no time at all")
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("Run took %v past its deadline", time.Since(start))
+	}
+	r, _ := readReport(t, cfg.OutDir)
+	if len(r.Phases) == 0 || !strings.HasPrefix(r.Phases[0].Error, "skipped") {
+		t.Errorf("phases %+v, want the first skipped", r.Phases)
 	}
 }
