@@ -17,7 +17,7 @@ import (
 
 // health runs the driver's health monitor for HealthWatch and reports the
 // events it saw and each GPU's state.
-func (c *check) health(ctx context.Context) error {
+func (c *check) health(ctx context.Context, r *Report) error {
 	uuids := make([]string, len(c.gpus))
 	names := map[string]string{}
 	for i, g := range c.gpus {
@@ -60,8 +60,7 @@ func (c *check) health(ctx context.Context) error {
 		}
 	}
 	slices.Sort(res.EventsUnsupported)
-	c.report.Health = res
-	c.healthSnap = snap
+	r.Health, r.healthSnap = res, snap
 	return ctx.Err()
 }
 
@@ -77,7 +76,7 @@ var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // telemetry scrapes the device metrics once and reports, per device,
 // which of the driver's readings NVML gave no value for (the NVML calls
 // behind them and their return codes are in the report's call table).
-func (c *check) telemetry(context.Context) error {
+func (c *check) telemetry(_ context.Context, r *Report) error {
 	opts := telemetry.CollectorOptions{NVML: c.nvml, NodeName: c.cfg.NodeName, GPUs: c.gpus}
 	if c.healthSnap != nil {
 		opts.Health = snapshotSource(c.healthSnap)
@@ -103,7 +102,7 @@ func (c *check) telemetry(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
 	}
-	c.timing("one telemetry scrape", start)
+	r.timing("one telemetry scrape", start)
 
 	present := map[string]map[string]bool{} // uuid → metric names
 	samples := 0
@@ -133,6 +132,6 @@ func (c *check) telemetry(context.Context) error {
 			res.Missing[g.UUID] = []string{"(every metric)"}
 		}
 	}
-	c.report.Telemetry = res
+	r.Telemetry = res
 	return nil
 }

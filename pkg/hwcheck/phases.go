@@ -24,7 +24,7 @@ import (
 // default policy (everything a GPU supports) and with the chosen one, and
 // checks that the default lists every dynamic MIG placement of every MIG
 // capable GPU's profile table, also while MIG mode is off.
-func (c *check) printSlices(ctx context.Context) error {
+func (c *check) printSlices(ctx context.Context, found *Report) error {
 	runs := []struct{ policy, file string }{{"", "slices-default.yaml"}}
 	if c.cfg.DevicePolicyFile != "" {
 		runs = append(runs, struct{ policy, file string }{c.cfg.DevicePolicyFile, "slices-policy.yaml"})
@@ -53,7 +53,7 @@ func (c *check) printSlices(ctx context.Context) error {
 			res.Policy = "default"
 			res.MissingMIG = missingMIG(c.gpus, devices)
 		}
-		c.report.Slices = append(c.report.Slices, res)
+		found.Slices = append(found.Slices, res)
 	}
 	return errors.Join(errs...)
 }
@@ -100,7 +100,7 @@ func missingMIG(gpus []discovery.GPU, printed map[string]bool) []string {
 
 // compare compares every GPU with the first GPU of the simulated machine
 // of its model, and checks the counters of both.
-func (c *check) compare(ctx context.Context) error {
+func (c *check) compare(ctx context.Context, r *Report) error {
 	machine := c.cfg.CompareWith
 	if machine == "" {
 		var err error
@@ -108,17 +108,17 @@ func (c *check) compare(ctx context.Context) error {
 			return err
 		}
 	}
-	c.report.ComparedWith = machine
+	r.ComparedWith = machine
 	sim, err := discoverSimulated(ctx, machine, filepath.Join(c.work, "compare-sys"))
 	if err != nil {
 		return err
 	}
 	simShape := ShapeOf(sim[0], devicemodel.Options{NodeName: c.cfg.NodeName})
-	c.report.CounterProblems = append(c.report.CounterProblems, prefixed("simulated ", CheckCounters(simShape))...)
+	r.CounterProblems = append(r.CounterProblems, prefixed("simulated ", CheckCounters(simShape))...)
 	for _, g := range c.gpus {
 		shape := ShapeOf(g, devicemodel.Options{NodeName: c.cfg.NodeName})
-		c.report.Differences = append(c.report.Differences, Compare(shape, simShape)...)
-		c.report.CounterProblems = append(c.report.CounterProblems, CheckCounters(shape)...)
+		r.Differences = append(r.Differences, Compare(shape, simShape)...)
+		r.CounterProblems = append(r.CounterProblems, CheckCounters(shape)...)
 	}
 	return nil
 }
@@ -130,9 +130,13 @@ func prefixed(prefix string, ss []string) []string {
 	return ss
 }
 
-// machineFor picks the simulated machine whose GPUs have this product name.
+// machineFor picks the simulated machine whose GPUs have this product
+// name, or else the one whose product name is the longest prefix of it
+// ("NVIDIA H200" for an "NVIDIA H200 NVL"; the name difference is then in
+// the report).
 func machineFor(product string) (string, error) {
 	var seen []string
+	best, bestName := "", ""
 	for _, name := range nvmlsim.Machines() {
 		m, err := nvmlsim.New(name)
 		if err != nil {
@@ -145,7 +149,13 @@ func machineFor(product string) (string, error) {
 		if got == product {
 			return name, nil
 		}
+		if strings.HasPrefix(product, got+" ") && len(got) > len(bestName) {
+			best, bestName = name, got
+		}
 		seen = append(seen, fmt.Sprintf("%s (%s)", name, got))
+	}
+	if best != "" {
+		return best, nil
 	}
 	return "", fmt.Errorf("no simulated machine has %q GPUs (simulated: %s); give --compare-with", product, strings.Join(seen, ", "))
 }

@@ -24,7 +24,7 @@ import (
 // allocator from the node's slices; the kubelet stand-in prepares and
 // unprepares it over the plugin's unix sockets. Every host path the CDI
 // spec names (device nodes, libraries, binaries, hooks) must exist.
-func (c *check) prepare(ctx context.Context) error {
+func (c *check) prepare(ctx context.Context, r *Report) error {
 	dirs, err := plugintest.NewDirs(filepath.Join(c.work, "n"))
 	if err != nil {
 		return err
@@ -37,7 +37,7 @@ func (c *check) prepare(ctx context.Context) error {
 	}
 	claim := allocated[0]
 	res := &PrepareResult{Device: claim.Status.Allocation.Devices.Results[0].Device}
-	c.report.Prepare = res
+	r.Prepare = res
 
 	cfg := c.cfg.pluginConfig()
 	cfg.PluginDataDir, cfg.RegistrarDir, cfg.CDIDir = dirs.PluginData, dirs.Registrar, dirs.CDI
@@ -53,7 +53,7 @@ func (c *check) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start the plugin: %w", err)
 	}
-	c.timing("plugin start to registration", start)
+	r.timing("plugin start to registration", start)
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -66,7 +66,7 @@ func (c *check) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.timing("prepare of a whole GPU", start)
+	r.timing("prepare of a whole GPU", start)
 	res.CDIDevices = ids
 	specs, err := claimSpecs(dirs.CDI)
 	if err != nil {
@@ -89,7 +89,7 @@ func (c *check) prepare(ctx context.Context) error {
 	if err := plugin.Kubelet.UnprepareOne(ctx, claim); err != nil {
 		return err
 	}
-	c.timing("unprepare of a whole GPU", start)
+	r.timing("unprepare of a whole GPU", start)
 	if left, err := claimSpecs(dirs.CDI); err != nil || len(left) > 0 {
 		res.SpecLeft = len(left) > 0
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 )
 
 // Report is everything one check found; it is written as Markdown
@@ -31,6 +33,9 @@ type Report struct {
 	// Calls are the NVML calls that did not succeed, per phase:
 	// method → return code → count.
 	Calls map[string]map[string]map[string]int `json:"nvmlCalls"`
+
+	// healthSnap passes the health phase's snapshot to the telemetry phase.
+	healthSnap health.Snapshot
 }
 
 // Machine describes the host and its NVIDIA stack.

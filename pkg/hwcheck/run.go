@@ -38,6 +38,11 @@ type check struct {
 	report     *Report
 }
 
+// phaseFunc is one phase. It writes what it finds into r, which is merged
+// into the report when the phase returns in time: a phase abandoned in a
+// hung call can never race with the report being written.
+type phaseFunc func(ctx context.Context, r *Report) error
+
 // Run runs every phase, writes the report to cfg.OutDir and returns an
 // error when the check could not run, or, with ExpectClean, when the
 // report has findings. A failing phase is recorded and the next runs.
@@ -95,7 +100,7 @@ func run(ctx context.Context, cfg Config, work string) error {
 // phase runs fn under the phase timeout and records how it went. A phase
 // stuck in a call that ignores its context (an NVML call that hangs) is
 // abandoned when the timeout passes.
-func (c *check) phase(ctx context.Context, name string, fn func(context.Context) error) bool {
+func (c *check) phase(ctx context.Context, name string, fn phaseFunc) bool {
 	logger := klog.FromContext(ctx)
 	if ctx.Err() != nil {
 		c.report.Phases = append(c.report.Phases, Phase{Name: name, Error: "skipped: " + context.Cause(ctx).Error()})
@@ -107,17 +112,19 @@ func (c *check) phase(ctx context.Context, name string, fn func(context.Context)
 	defer cancel()
 	start := time.Now()
 	done := make(chan error, 1)
+	found := &Report{}
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				done <- fmt.Errorf("panic: %v", r)
 			}
 		}()
-		done <- fn(ctx)
+		done <- fn(ctx, found)
 	}()
 	var err error
 	select {
 	case err = <-done:
+		c.merge(found)
 	case <-ctx.Done():
 		err = fmt.Errorf("did not finish: %w", context.Cause(ctx))
 	}
@@ -130,13 +137,44 @@ func (c *check) phase(ctx context.Context, name string, fn func(context.Context)
 	return err == nil
 }
 
-func (c *check) timing(what string, start time.Time) {
-	c.report.Timings = append(c.report.Timings, Timing{What: what, Duration: time.Since(start)})
+// merge adds what a phase found to the report.
+func (c *check) merge(f *Report) {
+	r := c.report
+	for _, p := range []struct{ to, from *string }{
+		{&r.Machine.NVMLVersion, &f.Machine.NVMLVersion}, {&r.Machine.DriverVersion, &f.Machine.DriverVersion},
+		{&r.Machine.CUDADriverVersion, &f.Machine.CUDADriverVersion}, {&r.ComparedWith, &f.ComparedWith},
+	} {
+		if *p.from != "" {
+			*p.to = *p.from
+		}
+	}
+	r.GPUs = append(r.GPUs, f.GPUs...)
+	r.Timings = append(r.Timings, f.Timings...)
+	r.Slices = append(r.Slices, f.Slices...)
+	r.Differences = append(r.Differences, f.Differences...)
+	r.CounterProblems = append(r.CounterProblems, f.CounterProblems...)
+	if f.Prepare != nil {
+		r.Prepare = f.Prepare
+	}
+	if f.Health != nil {
+		r.Health = f.Health
+	}
+	if f.Telemetry != nil {
+		r.Telemetry = f.Telemetry
+	}
+	if f.healthSnap != nil {
+		c.healthSnap = f.healthSnap
+	}
+}
+
+// timing records how long what took since start.
+func (r *Report) timing(what string, start time.Time) {
+	r.Timings = append(r.Timings, Timing{What: what, Duration: time.Since(start)})
 }
 
 // openNVML opens the real NVML, or a simulated machine with its driver
 // root and sysfs written below the work directory, behind the guard.
-func (c *check) openNVML(context.Context) error {
+func (c *check) openNVML(_ context.Context, r *Report) error {
 	var lib nvml.Interface
 	if c.cfg.Simulate == "" {
 		lib = nvml.New(nvml.WithLibraryPath(c.cfg.NVMLLibraryPath))
@@ -160,28 +198,28 @@ func (c *check) openNVML(context.Context) error {
 	if ret := c.nvml.Init(); ret != nvml.SUCCESS {
 		return fmt.Errorf("initialize NVML (%s): %w", c.cfg.NVMLLibraryPath, ret)
 	}
-	c.timing("NVML init", start)
+	r.timing("NVML init", start)
 	if v, ret := c.nvml.SystemGetNVMLVersion(); ret == nvml.SUCCESS {
-		c.report.Machine.NVMLVersion = v
+		r.Machine.NVMLVersion = v
 	}
 	return nil
 }
 
-func (c *check) discover(ctx context.Context) error {
+func (c *check) discover(ctx context.Context, r *Report) error {
 	start := time.Now()
 	gpus, err := discovery.Discover(ctx, c.nvml, discovery.Options{SysfsRoot: c.cfg.SysfsRoot})
 	if err != nil {
 		return err
 	}
-	c.timing("discovery", start)
+	r.timing("discovery", start)
 	if len(gpus) == 0 {
 		return errors.New("no GPU found")
 	}
 	c.gpus = gpus
-	c.report.Machine.DriverVersion = gpus[0].DriverVersion
-	c.report.Machine.CUDADriverVersion = gpus[0].CUDADriverVersion
+	r.Machine.DriverVersion = gpus[0].DriverVersion
+	r.Machine.CUDADriverVersion = gpus[0].CUDADriverVersion
 	for _, g := range gpus {
-		c.report.GPUs = append(c.report.GPUs, GPUInfo{
+		r.GPUs = append(r.GPUs, GPUInfo{
 			Name: g.CanonicalName(), UUID: g.UUID, ProductName: g.ProductName, PCIBusID: g.PCIBusID,
 			MemoryBytes: g.MemoryBytes, MIGCapable: g.MIGCapable, MIGEnabled: g.MIGEnabled,
 		})
