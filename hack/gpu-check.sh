@@ -41,6 +41,9 @@ build() {
 		echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)')"
 		echo "built: $(date -u +%FT%TZ) with $(go version | cut -d' ' -f3)"
 		echo "needs: $(ldd "$tmp/gpu-check" | awk '{print $1}' | tr '\n' ' ')"
+		if command -v objdump >/dev/null; then
+			echo "glibc: at least $(objdump -T "$tmp/gpu-check" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
+		fi
 	} >"$bundle/BUILD"
 	local size
 	size=$(du -sb "$bundle" | cut -f1)
@@ -68,6 +71,7 @@ run() {
 		python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$bundle/gpu-check.gz" "$tmp/gpu-check"
 	fi
 	chmod +x "$tmp/gpu-check"
+	[[ -f $bundle/BUILD ]] && sed 's/^/gpu-check: bundle /' "$bundle/BUILD"
 	for a in "$@"; do [[ $a == --simulate=* ]] && simulate=true; done
 
 	if ! $simulate && command -v nvidia-smi >/dev/null; then
