@@ -33,7 +33,8 @@ build() {
 	trap 'rm -rf "$tmp"' RETURN
 	# cgo only for go-nvml, which dlopens libnvidia-ml at run time: the
 	# binary needs nothing but glibc (ldd: libc, ld-linux).
-	go build -trimpath -ldflags "-s -w" -o "$tmp/gpu-check" ./cmd/gpu-check
+	# No -trimpath: the same compile cache as make build and the tests.
+	go build -ldflags "-s -w" -o "$tmp/gpu-check" ./cmd/gpu-check
 	# The stripped binary is ~80 MB, over the carry limit; gzip'd ~21 MB.
 	gzip -9 -c "$tmp/gpu-check" >"$bundle/gpu-check.gz.tmp"
 	mv "$bundle/gpu-check.gz.tmp" "$bundle/gpu-check.gz"
