@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 IMAGE_REF ?= gdd.local/gpu-dra-driver:dev
 IMAGE_TAR ?= $(BIN)/gpu-dra-driver-image.tar
 
-.PHONY: help build test check unit fuzz vet bench print-slices clean image demo e2e
+.PHONY: help build test check unit fuzz vet bench print-slices clean image demo e2e gpu-check-sim
 
 help: ## Show targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -29,7 +29,11 @@ unit: ## Unit, node (kubelet stand-in) and crash tests
 fuzz: ## Fuzz the parameter API decoder for $(FUZZTIME) (corpus checked in)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeDefaultValidate -fuzztime=$(FUZZTIME) ./api/gpu/v1beta1
 
-check: vet unit fuzz ## Everything that needs no cluster: vet, unit/node/crash tests, fuzzing (minutes)
+gpu-check-sim: ## Build the carried gpu-check bundle (.gpu-check/) and dry-run it on a simulated H200 as the device machine would
+	./hack/gpu-check.sh build
+	./hack/gpu-check.sh sim
+
+check: vet unit fuzz gpu-check-sim ## Everything that needs no cluster: vet, unit/node/crash tests, fuzzing (minutes)
 	cd hack/tools && $(GO) test -count=1 ./cmd/mkimage/...
 
 test: check e2e ## Everything CI runs (.ci/run): check, then the e2e suite on a local cluster

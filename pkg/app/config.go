@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/pflag"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -81,6 +82,9 @@ type Config struct {
 	// KubeClient, when set, replaces the client built from Kubeconfig
 	// (tests run the plugin against a fake clientset).
 	KubeClient kubernetes.Interface
+	// WrapNVML, when set, wraps the NVML the plugin uses, real or
+	// simulated (the hardware check puts it behind a read-only guard).
+	WrapNVML func(nvml.Interface) nvml.Interface
 	// FaultHook, when set, is called at each crash-relevant step of
 	// prepare/unprepare; crash tests kill the process from it.
 	FaultHook func(point string)

@@ -65,6 +65,9 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 	if hw.hostDriverRoot == "" {
 		hw.hostDriverRoot = hw.driverRoot
 	}
+	if cfg.WrapNVML != nil {
+		hw.nvml = cfg.WrapNVML(hw.nvml)
+	}
 	if ret := hw.nvml.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initialize NVML: %w", ret)
 	}
