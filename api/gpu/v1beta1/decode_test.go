@@ -191,6 +191,16 @@ func TestDecodeDefaultValidateDefaults(t *testing.T) {
 			want: &GpuConfig{TypeMeta: gpuTypeMeta, Sharing: &GpuSharing{
 				Strategy: MPSStrategy, MPSConfig: &MPSConfig{ClientPriority: ptr(NormalMPSClientPriority)}}},
 		},
+		"YAML alias within the bound": {
+			in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsharing:\n  strategy: MPS\n  mpsConfig:\n" +
+				"    defaultPinnedDeviceMemoryLimit: &limit 8Gi\n    defaultPerDevicePinnedMemoryLimit:\n      \"0\": *limit\n",
+			want: &GpuConfig{TypeMeta: gpuTypeMeta, Sharing: &GpuSharing{
+				Strategy: MPSStrategy, MPSConfig: &MPSConfig{
+					DefaultPinnedDeviceMemoryLimit:    ptr(resource.MustParse("8Gi")),
+					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("8Gi")},
+					ClientPriority:                    ptr(NormalMPSClientPriority),
+				}}},
+		},
 		"limits at the bounds": {
 			in: `{"apiVersion":"gpu.dra.dev/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
 				"defaultActiveThreadPercentage":100,"defaultPinnedDeviceMemoryLimit":"1Mi",
@@ -248,6 +258,40 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 		"too large": {
 			in:   `{` + gv + `,"kind":"GpuConfig","x":"` + strings.Repeat("a", MaxConfigBytes) + `"}`,
 			want: []string{"more than the 10240 bytes"},
+		},
+
+		"invalid UTF-8": {in: `{` + gv + `,"kind":"GpuConfig","sharing":{"strategy":"MPS` + "\xff" + `"}}`, want: []string{"not valid UTF-8", "0xff at offset 81"}},
+		"invalid UTF-8 in YAML": {in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsh\xc3aring: {}\n", want: []string{"not valid UTF-8", "0xc3 at offset 50"}},
+
+		// Nesting and expansion are bounded before anything recurses.
+		"arrays nested too deep": {
+			in:   mps(`{"x":` + strings.Repeat("[", 20) + strings.Repeat("]", 20) + `}`),
+			want: []string{"sharing.mpsConfig.x[0][0][0][0][0][0][0][0][0][0][0][0][0]: Forbidden", "at most 16 levels deep"},
+		},
+		"objects nested too deep": {
+			in:   mps(`{"x":` + strings.Repeat(`{"a":`, 20) + "1" + strings.Repeat("}", 20) + `}`),
+			want: []string{"sharing.mpsConfig.x.a.a.a.a.a.a.a.a.a.a.a.a.a: Forbidden", "at most 16 levels deep"},
+		},
+		"escaped keys on the path of a deep value": {
+			in:   `{` + gv + `,"kind":"GpuConfig","sh\u0061ring":` + strings.Repeat(`{"a\"b":`, 20) + "1" + strings.Repeat("}", 20) + `}`,
+			want: []string{`sharing.a"b.a"b`, "at most 16 levels deep"},
+		},
+		"YAML flow collections nested too deep": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nx: " + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "\n",
+			want: []string{"line 3: YAML collections nest more than 32 levels deep"},
+		},
+		"YAML block sequences nested too deep": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nx:\n" + strings.Repeat("- ", 40) + "1\n",
+			want: []string{"line 4: YAML collections nest more than 32 levels deep"},
+		},
+		"YAML nested too deep within the YAML bound": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsharing:\n  x: " + strings.Repeat("[", 20) + strings.Repeat("]", 20) + "\n",
+			want: []string{"sharing.x[0][0][0][0][0][0][0][0][0][0][0][0][0][0]: Forbidden", "at most 16 levels deep"},
+		},
+		"YAML aliases expanding past the size limit": {
+			in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\na: &a [" + strings.Repeat(`"`+strings.Repeat("x", 100)+`",`, 10) + "x]\n" +
+				"b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n",
+			want: []string{"YAML aliases expand the config to more than the 10240 bytes"},
 		},
 
 		// apiVersion and kind.
