@@ -260,7 +260,7 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 			want: []string{"more than the 10240 bytes"},
 		},
 
-		"invalid UTF-8": {in: `{` + gv + `,"kind":"GpuConfig","sharing":{"strategy":"MPS` + "\xff" + `"}}`, want: []string{"not valid UTF-8", "0xff at offset 81"}},
+		"invalid UTF-8":         {in: `{` + gv + `,"kind":"GpuConfig","sharing":{"strategy":"MPS` + "\xff" + `"}}`, want: []string{"not valid UTF-8", "0xff at offset 81"}},
 		"invalid UTF-8 in YAML": {in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsh\xc3aring: {}\n", want: []string{"not valid UTF-8", "0xc3 at offset 50"}},
 
 		// Nesting and expansion are bounded before anything recurses.
