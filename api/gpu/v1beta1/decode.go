@@ -49,7 +49,13 @@ func newScheme() *runtime.Scheme {
 //   - an unknown field, or a field spelt with other case than the API's,
 //   - a field given twice,
 //   - a value of the wrong type (a string where a number belongs),
-//   - more than MaxConfigBytes of input.
+//   - more than MaxConfigBytes of input, or bytes that are not UTF-8,
+//   - objects and arrays nested more than MaxConfigDepth levels deep,
+//   - YAML nested so deep or with aliases expanding so far that parsing
+//     it would cost more than a config of MaxConfigBytes.
+//
+// Its time and allocation are linear in the size of the input, whatever
+// the input's structure (see BenchmarkDecodeWorstCase).
 //
 // It neither defaults nor validates; see DecodeDefaultValidate.
 func Decode(data []byte) (Config, error) {
