@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -108,7 +109,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
 	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
 	fs.StringVar(&c.MPSDaemonImage, "mps-daemon-image", "", "Run MPS control daemons as pods of this image (normally the plugin's own), bound to this node and owned by the plugin pod's DaemonSet, so that they survive plugin restarts; empty runs them as processes of the plugin, which die with its container.")
-	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs (e.g. 1Gi) that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")
+	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs, a whole number of mebibytes (e.g. 1Gi), that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")
 	fs.StringVar(&c.MPSDaemonPriorityClass, "mps-daemon-priority-class", "", "Priority class of MPS control daemon pods.")
 	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
@@ -120,6 +121,33 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
+// shmSize is what --mps-shm-size accepts: a plain size, without the
+// decimal exponents that make resource.ParseQuantity slow.
+var shmSize = regexp.MustCompile(`^-?[0-9]{1,16}(\.[0-9]{1,9})?(Ki|Mi|Gi|Ti|k|M|G|T)?$`)
+
+// maxShmSize bounds --mps-shm-size: more than any node's memory is a typo.
+const maxShmSize = 1 << 40
+
+// checkShmSize accepts a tmpfs size that the kernel applies as written: the
+// kernel rounds a tmpfs size up to whole pages, so the size must be a whole
+// number of mebibytes (a multiple of every page size up to 1Mi).
+func checkShmSize(s string) error {
+	if !shmSize.MatchString(s) {
+		return fmt.Errorf("must be a size such as 512Mi or 1Gi")
+	}
+	q := resource.MustParse(s)
+	switch b := q.Value(); {
+	case q.Sign() < 0:
+		return fmt.Errorf("must not be negative")
+	case b > maxShmSize:
+		return fmt.Errorf("must be at most 1Ti")
+	case b%(1<<20) != 0 || resource.NewQuantity(b, resource.BinarySI).Cmp(q) != 0:
+		return fmt.Errorf("must be a whole number of mebibytes (a multiple of 1Mi), which the kernel applies without "+
+			"rounding to pages: use %dMi or %dMi", b>>20, (b+1<<20-1)>>20)
+	}
+	return nil
+}
+
 // Validate reports configuration errors before anything starts.
 func (c *Config) Validate() error {
 	if c.NodeName == "" {
@@ -129,13 +157,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--driver-name must not be empty")
 	}
 	if c.MPSShmSize != "" {
-		q, err := resource.ParseQuantity(c.MPSShmSize)
-		switch {
-		case err != nil:
+		if err := checkShmSize(c.MPSShmSize); err != nil {
 			return fmt.Errorf("--mps-shm-size=%q: %w", c.MPSShmSize, err)
-		case q.Sign() < 0:
-			return fmt.Errorf("--mps-shm-size=%q: must not be negative", c.MPSShmSize)
-		case q.Sign() > 0 && c.MPSDaemonImage == "":
+		}
+		if q := resource.MustParse(c.MPSShmSize); q.Sign() > 0 && c.MPSDaemonImage == "" {
 			return fmt.Errorf("--mps-shm-size needs --mps-daemon-image: a daemon run as the plugin's own process cannot see the tmpfs at /dev/shm")
 		}
 	}

@@ -19,7 +19,15 @@ func TestConfigValidate(t *testing.T) {
 		"shm size without pods":   {func(c *Config) { c.MPSShmSize = "1Gi" }, "--mps-shm-size needs --mps-daemon-image"},
 		"shm size not a quantity": {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "lots" }, `--mps-shm-size="lots"`},
 		"shm size negative":       {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "-1Gi" }, "must not be negative"},
-		"unknown machine":         {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
+		"shm size in mebibytes":   {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1536Mi" }, ""},
+		// The kernel would round these up to whole pages.
+		"shm size with a fraction":  {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1.5Mi" }, "--mps-shm-size=\"1.5Mi\": must be a whole number of mebibytes"},
+		"shm size in decimal units": {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1G" }, "use 953Mi or 954Mi"},
+		"shm size in bytes":         {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1000" }, "use 0Mi or 1Mi"},
+		"shm size too large":        {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "80Ti" }, "at most 1Ti"},
+		// ParseQuantity takes minutes on such exponents.
+		"shm size with an exponent": {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
+		"unknown machine":           {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: DefaultDriverName}

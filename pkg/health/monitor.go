@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -87,6 +88,22 @@ type Monitor struct {
 	afterPoll func()
 }
 
+// maxEventTimeout is the longest wait nvmlEventSetWait takes: its timeout
+// is an unsigned 32-bit count of milliseconds.
+const maxEventTimeout = math.MaxUint32 * time.Millisecond
+
+// checkEventTimeout refuses an event timeout that NVML cannot wait exactly:
+// its wait counts in whole milliseconds, so less than 1ms would become 0,
+// which returns at once and makes the event loop spin, and 1.5ms would
+// become 1ms.
+func checkEventTimeout(d time.Duration) error {
+	if d < time.Millisecond || d%time.Millisecond != 0 || d > maxEventTimeout {
+		return fmt.Errorf("health monitor: Options.EventTimeout %v: must be a whole number of milliseconds from 1ms to %v, "+
+			"the wait NVML's event set can do", d, maxEventTimeout)
+	}
+	return nil
+}
+
 // NewMonitor returns a monitor for opts.GPUs with the persisted state
 // loaded. A corrupt state file is moved aside and reported as an error
 // together with a usable monitor (every GPU healthy); other errors return a
@@ -109,6 +126,9 @@ func NewMonitor(opts Options) (*Monitor, error) {
 	}
 	if opts.EventTimeout <= 0 {
 		opts.EventTimeout = DefaultEventTimeout
+	}
+	if err := checkEventTimeout(opts.EventTimeout); err != nil {
+		return nil, err
 	}
 	if opts.ReportTimeout <= 0 {
 		opts.ReportTimeout = DefaultReportTimeout

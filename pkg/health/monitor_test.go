@@ -2,8 +2,10 @@ package health
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -439,6 +441,42 @@ func TestCorruptStateFileIsMovedAside(t *testing.T) {
 	}
 	if _, err := os.Stat(f.opts.StateFile + ".corrupt"); err != nil {
 		t.Errorf("corrupt file not moved aside: %v", err)
+	}
+}
+
+// TestEventTimeoutMustBeWholeMilliseconds checks that NewMonitor refuses
+// an event timeout NVML's millisecond wait would round: under 1ms it would
+// be 0, a wait that returns at once, and the event loop would spin.
+func TestEventTimeoutMustBeWholeMilliseconds(t *testing.T) {
+	tests := map[string]struct {
+		timeout time.Duration
+		wantErr bool
+	}{
+		"unset means the default":    {timeout: 0},
+		"negative means the default": {timeout: -time.Second},
+		"1ms":                        {timeout: time.Millisecond},
+		"the largest wait":           {timeout: math.MaxUint32 * time.Millisecond},
+		"500µs":                      {timeout: 500 * time.Microsecond, wantErr: true},
+		"1ns":                        {timeout: 1, wantErr: true},
+		"1.5ms":                      {timeout: 1500 * time.Microsecond, wantErr: true},
+		"past a uint32 of ms":        {timeout: (math.MaxUint32 + 1) * time.Millisecond, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.opts.StateFile = ""
+			f.opts.EventTimeout = tc.timeout
+			mon, err := NewMonitor(f.opts)
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "Options.EventTimeout") {
+					t.Fatalf("NewMonitor = %v, %v; want an error naming Options.EventTimeout", mon, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("NewMonitor: %v", err)
+			}
+		})
 	}
 }
 

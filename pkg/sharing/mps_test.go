@@ -318,6 +318,27 @@ func TestMPSLifecycle(t *testing.T) {
 	mt.release(t, gpu, "b") // repeated: nothing to do
 }
 
+// TestMPSIndexKeyLimit checks, through the manager, that a per-device
+// limit keyed by index 0 reaches the client's environment and the daemon,
+// with ConfigIndex -1 as the driver passes it: the key is the device's CUDA
+// ordinal in the containers, which is always 0.
+func TestMPSIndexKeyLimit(t *testing.T) {
+	mt := newMPSTest(t, "dgxh100", MPSOptions{})
+	gpu := gpuRef(mt.sim, 1)
+	cfg := &gpuv1beta1.MPSConfig{
+		DefaultPinnedDeviceMemoryLimit:    quantity("8Gi"),
+		DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("6Gi")},
+	}
+	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, ConfigIndex: -1, Capacity: ShareCapacity{MemoryBytes: 20 << 30}})
+	if !slices.Contains(res.Edits.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=6144M") {
+		t.Errorf("client env %q lacks CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=6144M", res.Edits.Env)
+	}
+	if out, err := mt.mgr.control(testContext(t), mt.mgr.paths(gpu.UUID), "get_default_device_pinned_mem_limit "+gpu.UUID); err != nil || out != "6144M" {
+		t.Errorf("pinned memory limit in the daemon = %q, %v; want 6144M", out, err)
+	}
+	mt.release(t, gpu, "a")
+}
+
 // TestMPSLimitsFromCapacity checks that a share without configured limits
 // gets limits from its capacity, in its environment only.
 func TestMPSLimitsFromCapacity(t *testing.T) {
@@ -364,8 +385,13 @@ func TestMPSEdits(t *testing.T) {
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"},
 		},
 		"capacity": {
-			dev: gpu, share: MPSShare{ConfigIndex: -1, Capacity: ShareCapacity{ComputePercent: 10, MemoryBytes: 1<<30 + 1<<19}},
+			dev: gpu, share: MPSShare{ConfigIndex: -1, Capacity: ShareCapacity{ComputePercent: 10, MemoryBytes: 1 << 30}},
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M"},
+		},
+		// The capacity's step is 1Mi; anything else is refused, not cut.
+		"capacity of a fraction of a mebibyte": {
+			dev: gpu, share: MPSShare{ConfigIndex: -1, Capacity: ShareCapacity{MemoryBytes: 1<<30 + 1<<19}},
+			wantErr: true,
 		},
 		"config over capacity": {
 			dev: gpu,
@@ -376,17 +402,19 @@ func TestMPSEdits(t *testing.T) {
 			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"},
 			wantCommands: []string{"set_default_active_thread_percentage 40", "set_default_device_pinned_mem_limit " + gpu.UUID + " 2048M"},
 		},
+		// Index 0 is the device's CUDA ordinal in the containers; it
+		// applies whatever ConfigIndex says (the driver passes -1).
 		"index key over default": {
 			dev: gpu,
 			share: MPSShare{
 				Config: &gpuv1beta1.MPSConfig{
 					DefaultPinnedDeviceMemoryLimit:    quantity("2Gi"),
-					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"1": resource.MustParse("3Gi"), "0": resource.MustParse("5Gi")},
+					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("5Gi")},
 				},
-				ConfigIndex: 1,
+				ConfigIndex: -1,
 			},
-			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M"},
-			wantCommands: []string{"set_default_device_pinned_mem_limit " + gpu.UUID + " 3072M"},
+			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=5120M"},
+			wantCommands: []string{"set_default_device_pinned_mem_limit " + gpu.UUID + " 5120M"},
 		},
 		"UUID key over index key": {
 			dev: mig,
@@ -394,16 +422,16 @@ func TestMPSEdits(t *testing.T) {
 				Config: &gpuv1beta1.MPSConfig{
 					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("3Gi"), mig.UUID: resource.MustParse("4Gi")},
 				},
-				ConfigIndex: 0,
+				ConfigIndex: -1,
 			},
 			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M"},
 			wantCommands: []string{"set_default_device_pinned_mem_limit " + mig.UUID + " 4096M"},
 		},
-		"index key of another device": {
+		"UUID key of another device": {
 			dev: gpu,
 			share: MPSShare{
-				Config:      &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("3Gi")}},
-				ConfigIndex: 1,
+				Config:      &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{mig.UUID: resource.MustParse("3Gi")}},
+				ConfigIndex: -1,
 			},
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"},
 		},
@@ -417,6 +445,15 @@ func TestMPSEdits(t *testing.T) {
 		},
 		"limit below 1Mi": {
 			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("1000Ki")}, ConfigIndex: -1},
+			wantErr: true,
+		},
+		// Validate refuses these; the manager does not round them either.
+		"limit of a fraction of a mebibyte": {
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("1536Ki")}, ConfigIndex: -1},
+			wantErr: true,
+		},
+		"per-device limit of a fraction of a byte": {
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("1048576.5")}}, ConfigIndex: -1},
 			wantErr: true,
 		},
 		"invalid priority": {

@@ -41,10 +41,12 @@ type MPSShare struct {
 	// Config is the share's defaulted and validated MPS config; nil when
 	// none applies.
 	Config *gpuv1beta1.MPSConfig
-	// ConfigIndex is the device's position, from 0, among the devices the
-	// config applies to in the claim's allocation, in allocation order: the
-	// index keys of Config.DefaultPerDevicePinnedMemoryLimit refer to it.
-	// Use -1 when it does not apply.
+	// ConfigIndex is ignored.
+	//
+	// Deprecated: the index key of Config.DefaultPerDevicePinnedMemoryLimit
+	// is the CUDA ordinal of the device in the share's containers, always
+	// 0 (see configPinnedLimit), not a position in the allocation. The
+	// field stays until its callers stop setting it.
 	ConfigIndex int
 	// Capacity is what the share consumes; it gives the share's limits
 	// where Config does not.
@@ -106,38 +108,56 @@ func daemonSettings(dev DeviceRef, share MPSShare) (mpsSettings, error) {
 		}
 		s.ActiveThreadPercentage = ptrTo(*p)
 	}
-	if q := configPinnedLimit(cfg, dev.UUID, share.ConfigIndex); q != nil {
+	if q, name := configPinnedLimit(cfg, dev.UUID); q != nil {
 		mib, err := limitMiB(*q)
 		if err != nil {
-			return s, err
+			return s, fmt.Errorf("%s: %w", name, err)
 		}
 		s.PinnedMemoryLimitMiB = &mib
 	}
 	return s, nil
 }
 
-// configPinnedLimit is the config's pinned memory limit for the device: by
-// UUID, else by index, else the default; nil when there is none.
-func configPinnedLimit(cfg *gpuv1beta1.MPSConfig, uuid string, index int) *resource.Quantity {
+// mpsDeviceOrdinal is the CUDA ordinal of a share's device in its
+// containers: they reach one MPS device (the plugin refuses claims with
+// more), through a server whose daemon runs with CUDA_VISIBLE_DEVICES set
+// to that device alone.
+const mpsDeviceOrdinal = 0
+
+// configPinnedLimit is the config's pinned memory limit for the device and
+// the field it comes from: the device's UUID key, else the index key of
+// its ordinal in the containers (0), else the default; nil when there is
+// none.
+func configPinnedLimit(cfg *gpuv1beta1.MPSConfig, uuid string) (*resource.Quantity, string) {
+	const perDevice = "defaultPerDevicePinnedMemoryLimit"
 	if q, ok := cfg.DefaultPerDevicePinnedMemoryLimit[uuid]; ok {
-		return &q
+		return &q, perDevice + "[" + uuid + "]"
 	}
-	if index >= 0 {
-		if q, ok := cfg.DefaultPerDevicePinnedMemoryLimit[strconv.Itoa(index)]; ok {
-			return &q
-		}
+	ordinal := strconv.Itoa(mpsDeviceOrdinal)
+	if q, ok := cfg.DefaultPerDevicePinnedMemoryLimit[ordinal]; ok {
+		return &q, perDevice + "[" + ordinal + "]"
 	}
-	return cfg.DefaultPinnedDeviceMemoryLimit
+	return cfg.DefaultPinnedDeviceMemoryLimit, "defaultPinnedDeviceMemoryLimit"
 }
 
-// limitMiB converts a pinned memory limit to the whole megabytes (MiB) MPS
-// counts in, rounding down.
+// limitMiB converts a pinned memory limit to the mebibytes MPS counts in.
+// Validate refuses limits that are not a whole number of them; so does
+// this, rather than round.
 func limitMiB(q resource.Quantity) (int64, error) {
-	mib := q.Value() >> 20
-	if mib < 1 {
-		return 0, fmt.Errorf("pinned memory limit %s is less than 1Mi", q.String())
+	b, ok := q.AsInt64()
+	if !ok {
+		b = q.Value()
+		if resource.NewQuantity(b, resource.BinarySI).Cmp(q) != 0 {
+			b = -1 // a fraction of a byte
+		}
 	}
-	return mib, nil
+	switch {
+	case b < 1<<20:
+		return 0, fmt.Errorf("pinned memory limit %s is less than 1Mi", q.String())
+	case b%(1<<20) != 0:
+		return 0, fmt.Errorf("pinned memory limit %s is not a whole number of mebibytes, the unit MPS takes it in", q.String())
+	}
+	return b >> 20, nil
 }
 
 // clientEdits are the container edits of a share: the pipe directory, the
@@ -157,14 +177,18 @@ func clientEdits(dev DeviceRef, share MPSShare, hostPipeDir, containerPipeDir st
 		env = append(env, fmt.Sprintf("%s=%d", envMPSActiveThreadPercent, *percent))
 	}
 	mib := settings.PinnedMemoryLimitMiB
-	if mib == nil && share.Capacity.MemoryBytes >= 1<<20 {
-		mib = ptrTo(share.Capacity.MemoryBytes >> 20)
+	if mib == nil && share.Capacity.MemoryBytes > 0 {
+		// The capacity's request policy has a step of 1Mi, so the
+		// scheduler only hands out whole mebibytes.
+		m, err := limitMiB(*resource.NewQuantity(share.Capacity.MemoryBytes, resource.BinarySI))
+		if err != nil {
+			return ContainerEdits{}, fmt.Errorf("consumed memory capacity: %w", err)
+		}
+		mib = &m
 	}
 	if mib != nil {
-		// The client sees exactly one device through this device's MPS
-		// server (the daemon runs with CUDA_VISIBLE_DEVICES=<uuid>), so
-		// the device is ordinal 0, the documented key of this variable.
-		env = append(env, fmt.Sprintf("%s=0=%dM", envMPSPinnedDeviceMemory, *mib))
+		// The variable is keyed by the CUDA ordinal the client sees.
+		env = append(env, fmt.Sprintf("%s=%d=%dM", envMPSPinnedDeviceMemory, mpsDeviceOrdinal, *mib))
 	}
 	if cfg := share.Config; cfg != nil && cfg.ClientPriority != nil {
 		v, err := cfg.ClientPriority.EnvValue()

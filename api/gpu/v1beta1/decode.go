@@ -49,7 +49,13 @@ func newScheme() *runtime.Scheme {
 //   - an unknown field, or a field spelt with other case than the API's,
 //   - a field given twice,
 //   - a value of the wrong type (a string where a number belongs),
-//   - more than MaxConfigBytes of input.
+//   - more than MaxConfigBytes of input, or bytes that are not UTF-8,
+//   - objects and arrays nested more than MaxConfigDepth levels deep,
+//   - YAML nested so deep or with aliases expanding so far that parsing
+//     it would cost more than a config of MaxConfigBytes.
+//
+// Its time and allocation are linear in the size of the input, whatever
+// the input's structure (see BenchmarkDecodeWorstCase).
 //
 // It neither defaults nor validates; see DecodeDefaultValidate.
 func Decode(data []byte) (Config, error) {
@@ -60,6 +66,9 @@ func Decode(data []byte) (Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("decode config: config is empty")
 	}
+	if err := checkUTF8(data); err != nil {
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
 	jsonData := data
 	if !utilyaml.IsJSONBuffer(data) {
 		var err error
@@ -67,12 +76,20 @@ func Decode(data []byte) (Config, error) {
 			return nil, fmt.Errorf("decode config as YAML: %w", err)
 		}
 	}
+	if err := checkJSON(jsonData); err != nil {
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	// The depth first: every step after this one recurses on the structure.
+	tooDeep, badQuantities := scanJSON(jsonData)
+	if tooDeep != nil {
+		return nil, fmt.Errorf("decode config: %w", field.ErrorList{tooDeep}.ToAggregate())
+	}
 	kind, err := checkTypeMeta(jsonData)
 	if err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
 	}
-	if errs := unsafeQuantities(jsonData); len(errs) > 0 {
-		return nil, fmt.Errorf("decode %s: %w", kind, errs.ToAggregate())
+	if len(badQuantities) > 0 {
+		return nil, fmt.Errorf("decode %s: %w", kind, badQuantities.ToAggregate())
 	}
 	obj, _, err := strictDecoder.Decode(jsonData, nil, nil)
 	if err != nil {
@@ -110,18 +127,33 @@ func DecodeDefaultValidate(data []byte) (Config, error) {
 	return cfg, nil
 }
 
+// checkJSON checks that a document is JSON and an object.
+func checkJSON(jsonData []byte) error {
+	if !json.Valid(jsonData) {
+		var raw json.RawMessage // for the syntax error's message
+		err := json.Unmarshal(jsonData, &raw)
+		return fmt.Errorf("config is not valid JSON: %w", err)
+	}
+	if t := topLevelType(jsonData); t != "an object" {
+		return fmt.Errorf("config must be an object, not %s", t)
+	}
+	return nil
+}
+
 // checkTypeMeta checks apiVersion and kind before decoding, so that an
 // unknown kind is reported as such (the scheme also knows meta kinds such as
 // WatchEvent, which are no configs) and the message lists what is supported.
 func checkTypeMeta(jsonData []byte) (string, error) {
-	var doc any
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(jsonData, &doc); err != nil {
+	// The struct keeps only the two fields, and the document nests at most
+	// MaxConfigDepth levels: the cost stays linear in the size.
+	var meta struct {
+		APIVersion any `json:"apiVersion"`
+		Kind       any `json:"kind"`
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(jsonData, &meta); err != nil {
 		return "", fmt.Errorf("config is not valid JSON: %w", err)
 	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return "", fmt.Errorf("config must be an object, not %s", jsonType(doc))
-	}
+	obj := map[string]any{"apiVersion": meta.APIVersion, "kind": meta.Kind}
 	// Map keys are case-sensitive, like the strict decoder: "Kind" is not
 	// "kind".
 	apiVersion, apiVersionErr := typeMetaString(obj, "apiVersion")
@@ -162,6 +194,24 @@ func typeMetaString(obj map[string]any, key string) (string, *field.Error) {
 	}
 }
 
+// topLevelType names the JSON type of a valid document by its first byte.
+func topLevelType(jsonData []byte) string {
+	switch b := bytes.TrimSpace(jsonData); b[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
 // jsonType names the JSON type of a value decoded into any.
 func jsonType(v any) string {
 	switch v.(type) {
@@ -184,11 +234,13 @@ func jsonType(v any) string {
 // reports keys given twice, which plain conversion would silently merge, and
 // a second document is an error rather than silently dropped.
 func yamlToJSON(data []byte) ([]byte, error) {
+	if err := checkYAMLBounds(data); err != nil {
+		return nil, err
+	}
 	dec := yamlv2.NewDecoder(bytes.NewReader(data))
 	docs := 0
 	for {
-		var v any
-		err := dec.Decode(&v)
+		err := dec.Decode(&yamlDocument{})
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -201,6 +253,12 @@ func yamlToJSON(data []byte) ([]byte, error) {
 	}
 	return yaml.YAMLToJSONStrict(data)
 }
+
+// yamlDocument counts a YAML document without decoding it, so that
+// counting does not expand aliases.
+type yamlDocument struct{}
+
+func (yamlDocument) UnmarshalYAML(func(any) error) error { return nil }
 
 // quantityErrors finds the quantities in a config that do not parse and
 // reports them with their field paths. The JSON decoder reports such a

@@ -131,10 +131,10 @@ sharing:
     defaultActiveThreadPercentage: 30
     defaultPerDevicePinnedMemoryLimit:
       0: 1Gi
-      1: 2Gi
+      GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c: 2Gi
 `
 	jsonDoc := `{"apiVersion":"gpu.dra.dev/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
-		"defaultActiveThreadPercentage":30,"defaultPerDevicePinnedMemoryLimit":{"0":"1Gi","1":"2Gi"}}}}`
+		"defaultActiveThreadPercentage":30,"defaultPerDevicePinnedMemoryLimit":{"0":"1Gi","GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c":"2Gi"}}}}`
 	fromYAML, err := DecodeDefaultValidate([]byte(yamlDoc))
 	if err != nil {
 		t.Fatalf("YAML: %v", err)
@@ -191,16 +191,26 @@ func TestDecodeDefaultValidateDefaults(t *testing.T) {
 			want: &GpuConfig{TypeMeta: gpuTypeMeta, Sharing: &GpuSharing{
 				Strategy: MPSStrategy, MPSConfig: &MPSConfig{ClientPriority: ptr(NormalMPSClientPriority)}}},
 		},
+		"YAML alias within the bound": {
+			in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsharing:\n  strategy: MPS\n  mpsConfig:\n" +
+				"    defaultPinnedDeviceMemoryLimit: &limit 8Gi\n    defaultPerDevicePinnedMemoryLimit:\n      \"0\": *limit\n",
+			want: &GpuConfig{TypeMeta: gpuTypeMeta, Sharing: &GpuSharing{
+				Strategy: MPSStrategy, MPSConfig: &MPSConfig{
+					DefaultPinnedDeviceMemoryLimit:    ptr(resource.MustParse("8Gi")),
+					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("8Gi")},
+					ClientPriority:                    ptr(NormalMPSClientPriority),
+				}}},
+		},
 		"limits at the bounds": {
 			in: `{"apiVersion":"gpu.dra.dev/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
 				"defaultActiveThreadPercentage":100,"defaultPinnedDeviceMemoryLimit":"1Mi",
-				"defaultPerDevicePinnedMemoryLimit":{"31":"1Ti","0":1048576}}}}`,
+				"defaultPerDevicePinnedMemoryLimit":{"GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c":"1Ti","0":1048576}}}}`,
 			want: &GpuConfig{TypeMeta: gpuTypeMeta, Sharing: &GpuSharing{
 				Strategy: MPSStrategy, MPSConfig: &MPSConfig{
 					DefaultActiveThreadPercentage:  ptr(100),
 					DefaultPinnedDeviceMemoryLimit: ptr(resource.MustParse("1Mi")),
 					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{
-						"31": resource.MustParse("1Ti"), "0": resource.MustParse("1Mi"),
+						"GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c": resource.MustParse("1Ti"), "0": resource.MustParse("1Mi"),
 					},
 					ClientPriority: ptr(NormalMPSClientPriority),
 				}}},
@@ -248,6 +258,40 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 		"too large": {
 			in:   `{` + gv + `,"kind":"GpuConfig","x":"` + strings.Repeat("a", MaxConfigBytes) + `"}`,
 			want: []string{"more than the 10240 bytes"},
+		},
+
+		"invalid UTF-8":         {in: `{` + gv + `,"kind":"GpuConfig","sharing":{"strategy":"MPS` + "\xff" + `"}}`, want: []string{"not valid UTF-8", "0xff at offset 81"}},
+		"invalid UTF-8 in YAML": {in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsh\xc3aring: {}\n", want: []string{"not valid UTF-8", "0xc3 at offset 50"}},
+
+		// Nesting and expansion are bounded before anything recurses.
+		"arrays nested too deep": {
+			in:   mps(`{"x":` + strings.Repeat("[", 20) + strings.Repeat("]", 20) + `}`),
+			want: []string{"sharing.mpsConfig.x[0][0][0][0][0][0][0][0][0][0][0][0][0]: Forbidden", "at most 16 levels deep"},
+		},
+		"objects nested too deep": {
+			in:   mps(`{"x":` + strings.Repeat(`{"a":`, 20) + "1" + strings.Repeat("}", 20) + `}`),
+			want: []string{"sharing.mpsConfig.x.a.a.a.a.a.a.a.a.a.a.a.a.a: Forbidden", "at most 16 levels deep"},
+		},
+		"escaped keys on the path of a deep value": {
+			in:   `{` + gv + `,"kind":"GpuConfig","sh\u0061ring":` + strings.Repeat(`{"a\"b":`, 20) + "1" + strings.Repeat("}", 20) + `}`,
+			want: []string{`sharing.a"b.a"b`, "at most 16 levels deep"},
+		},
+		"YAML flow collections nested too deep": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nx: " + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "\n",
+			want: []string{"line 3: YAML collections nest more than 32 levels deep"},
+		},
+		"YAML block sequences nested too deep": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nx:\n" + strings.Repeat("- ", 40) + "1\n",
+			want: []string{"line 4: YAML collections nest more than 32 levels deep"},
+		},
+		"YAML nested too deep within the YAML bound": {
+			in:   "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\nsharing:\n  x: " + strings.Repeat("[", 20) + strings.Repeat("]", 20) + "\n",
+			want: []string{"sharing.x[0][0][0][0][0][0][0][0][0][0][0][0][0][0]: Forbidden", "at most 16 levels deep"},
+		},
+		"YAML aliases expanding past the size limit": {
+			in: "apiVersion: gpu.dra.dev/v1beta1\nkind: GpuConfig\na: &a [" + strings.Repeat(`"`+strings.Repeat("x", 100)+`",`, 10) + "x]\n" +
+				"b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n",
+			want: []string{"YAML aliases expand the config to more than the 10240 bytes"},
 		},
 
 		// apiVersion and kind.
@@ -367,6 +411,24 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"500m"}`),
 			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "500m": must be at least 1Mi`},
 		},
+		// MPS takes whole mebibytes: a limit it would have to round is
+		// refused, with the two values it could be.
+		"limit with a fraction of a mebibyte": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1.5Mi"}`),
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "1536Ki": must be a whole number of mebibytes (a multiple of 1Mi)`, "use 1Mi or 2Mi"},
+		},
+		"decimal gigabytes": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"8G"}`),
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "8G"`, "use 7629Mi or 7630Mi"},
+		},
+		"per-device limit in kibibytes": {
+			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"0":"1025Ki"}}`),
+			want: []string{`sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[0]: Invalid value: "1025Ki"`, "use 1Mi or 2Mi"},
+		},
+		"limit with a fraction of a byte": {
+			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"1048576.5"}`),
+			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value`, "whole number of mebibytes", "use 1Mi or 2Mi"},
+		},
 		"huge limit": {
 			in:   mps(`{"defaultPinnedDeviceMemoryLimit":"80Ti"}`),
 			want: []string{`sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Invalid value: "80Ti": must be at most 1Ti`},
@@ -420,23 +482,29 @@ func TestDecodeDefaultValidateErrors(t *testing.T) {
 		},
 		"empty per-device key": {
 			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"":"1Gi"}}`),
-			want: []string{`sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[]: Invalid value: ""`, "GPU UUID", "device index from 0 to 31"},
+			want: []string{`sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[]: Invalid value: ""`, "GPU UUID", "or the device index 0"},
 		},
 		"index with leading zero": {
 			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"01":"1Gi"}}`),
-			want: []string{`defaultPerDevicePinnedMemoryLimit[01]: Invalid value: "01"`, "without leading zeros"},
+			want: []string{`defaultPerDevicePinnedMemoryLimit[01]: Invalid value: "01"`, "or the device index 0"},
 		},
 		"negative index": {
 			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"-1":"1Gi"}}`),
 			want: []string{`defaultPerDevicePinnedMemoryLimit[-1]: Invalid value: "-1"`},
 		},
+		// A claim's containers see their one MPS device as CUDA ordinal
+		// 0; any other index could never be applied.
+		"index of a device the containers do not see": {
+			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"0":"1Gi","1":"2Gi"}}`),
+			want: []string{`defaultPerDevicePinnedMemoryLimit[1]: Invalid value: "1": device index must be 0`, "name other devices by UUID"},
+		},
 		"index out of range": {
 			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"32":"1Gi"}}`),
-			want: []string{`defaultPerDevicePinnedMemoryLimit[32]: Invalid value: "32": device index must be from 0 to 31`},
+			want: []string{`defaultPerDevicePinnedMemoryLimit[32]: Invalid value: "32": device index must be 0`},
 		},
 		"huge index": {
 			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"99999999999999999999999":"1Gi"}}`),
-			want: []string{`defaultPerDevicePinnedMemoryLimit[99999999999999999999999]`, "device index must be from 0 to 31"},
+			want: []string{`defaultPerDevicePinnedMemoryLimit[99999999999999999999999]`, "device index must be 0"},
 		},
 		"uppercase UUID": {
 			in:   mps(`{"defaultPerDevicePinnedMemoryLimit":{"GPU-4CF8DB2D-06C0-7D70-1A51-E59B25B2C16C":"1Gi"}}`),

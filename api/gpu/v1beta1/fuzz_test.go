@@ -14,8 +14,9 @@ import (
 // accepts must be valid, stable under Default, usable by the plugin's
 // accessors, and decode to the same config after JSON encoding.
 //
-// The seed corpus is testdata/*.yaml|json plus
-// testdata/fuzz/FuzzDecodeDefaultValidate (the bad cases). Run with
+// The seed corpus is testdata/*.yaml|json, the hostile configs of
+// testdata/hostile and testdata/fuzz/FuzzDecodeDefaultValidate (the bad
+// cases). Run with
 //
 //	go test ./api/gpu/v1beta1 -run '^$' -fuzz FuzzDecodeDefaultValidate -fuzztime 60s
 func FuzzDecodeDefaultValidate(f *testing.F) {
@@ -23,7 +24,11 @@ func FuzzDecodeDefaultValidate(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, name := range examples {
+	hostile, err := filepath.Glob(filepath.Join(hostileDir, "[^_]*"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range append(examples, hostile...) {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			f.Fatal(err)

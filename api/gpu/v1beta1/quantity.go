@@ -1,15 +1,12 @@
 package v1beta1
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Quantities with extreme decimal exponents are a denial of service in
@@ -28,94 +25,6 @@ const (
 var quantityFields = [][]string{
 	{"sharing", "mpsConfig", "defaultPinnedDeviceMemoryLimit"},
 	{"sharing", "mpsConfig", "defaultPerDevicePinnedMemoryLimit", "*"},
-}
-
-// unsafeQuantities walks every token of a JSON document, duplicates
-// included, and reports each value at a quantity path that is too long or
-// has too large a decimal exponent to be parsed safely.
-func unsafeQuantities(jsonData []byte) field.ErrorList {
-	dec := json.NewDecoder(bytes.NewReader(jsonData))
-	dec.UseNumber()
-	var errs field.ErrorList
-	// The document already parsed as JSON; a token error can only end the
-	// walk early.
-	_ = walkJSON(dec, nil, func(path []string, value any) {
-		if !isQuantityField(path) {
-			return
-		}
-		var s string
-		switch v := value.(type) {
-		case string:
-			s = v
-		case json.Number:
-			s = v.String()
-		default:
-			return // null, bool: the decoder reports those itself
-		}
-		if !safeQuantity(s) {
-			p := field.NewPath(path[0], path[1], path[2])
-			if len(path) == 4 {
-				p = p.Key(path[3])
-			}
-			errs = append(errs, field.Invalid(p, s, "must be a quantity of bytes such as 512Mi or 16Gi, "+
-				"at most 64 characters long and with a decimal exponent from e-30 to e30"))
-		}
-	})
-	return errs
-}
-
-// walkJSON reads one value from dec and calls visit for every scalar in it
-// with the path of object keys that leads there ("[]" for array elements).
-func walkJSON(dec *json.Decoder, path []string, visit func([]string, any)) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		for dec.More() {
-			key, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			k, _ := key.(string)
-			if err := walkJSON(dec, append(path[:len(path):len(path)], k), visit); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token() // '}'
-		return err
-	case json.Delim('['):
-		for dec.More() {
-			if err := walkJSON(dec, append(path[:len(path):len(path)], "[]"), visit); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token() // ']'
-		return err
-	default:
-		visit(path, tok)
-		return nil
-	}
-}
-
-func isQuantityField(path []string) bool {
-	for _, want := range quantityFields {
-		if len(path) != len(want) {
-			continue
-		}
-		match := true
-		for i := range want {
-			if want[i] != "*" && want[i] != path[i] {
-				match = false
-				break
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
 }
 
 // safeQuantity reports whether s can be handed to resource.ParseQuantity

@@ -155,17 +155,21 @@ type MPSConfig struct {
 
 	// DefaultPinnedDeviceMemoryLimit caps the device memory each MPS client
 	// may allocate, on every device of the config
-	// (set_default_device_pinned_mem_limit). MPS counts in whole megabytes,
-	// so the limit must be at least 1Mi; it may not exceed 1Ti.
+	// (set_default_device_pinned_mem_limit). MPS counts in mebibytes, so
+	// the limit must be a whole number of them (a multiple of 1Mi, such as
+	// 1536Mi or 8Gi; 1.5Mi or 8G would have to be rounded and are refused),
+	// at least 1Mi and at most 1Ti.
 	// +optional
 	DefaultPinnedDeviceMemoryLimit *resource.Quantity `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
 
 	// DefaultPerDevicePinnedMemoryLimit overrides
 	// DefaultPinnedDeviceMemoryLimit for single devices. A key is either the
 	// device's UUID as nvidia-smi -L prints it (GPU-… for a GpuConfig, MIG-…
-	// for a MigDeviceConfig), or a decimal index, without leading zeros, into
-	// the devices the config applies to in the claim's allocation, in
-	// allocation order (0 to 31). The limits follow the rules of
+	// for a MigDeviceConfig), or the device index 0: the CUDA ordinal
+	// (the key of CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) of the one MPS device a
+	// claim's containers reach, which CUDA always numbers 0. Other indexes
+	// could never apply and are refused. When both a UUID key and 0 match
+	// the device, the UUID wins. The limits follow the rules of
 	// DefaultPinnedDeviceMemoryLimit.
 	// +optional
 	DefaultPerDevicePinnedMemoryLimit map[string]resource.Quantity `json:"defaultPerDevicePinnedMemoryLimit,omitempty"`

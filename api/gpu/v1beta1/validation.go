@@ -19,9 +19,21 @@ var (
 	maxPinnedDeviceMemoryLimit = resource.MustParse("1Ti")
 )
 
-// maxDevicesPerConfig bounds per-device keys by index and the number of
-// per-device entries: a claim's allocation holds at most this many devices.
+// maxDevicesPerConfig bounds the number of per-device entries: a claim's
+// allocation holds at most this many devices.
 const maxDevicesPerConfig = resourceapi.AllocationResultsMaxSize
+
+// mpsDeviceOrdinal is the only device index a per-device limit may have: a
+// claim's containers reach one MPS device (the plugin refuses a claim with
+// more), and CUDA numbers the one device a client sees through its MPS
+// server 0, the ordinal CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is keyed by.
+const mpsDeviceOrdinal = "0"
+
+// pinnedMemoryUnit is the unit MPS takes pinned memory limits in (the "M"
+// of set_default_device_pinned_mem_limit and
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, 2^20 bytes); a limit that is not a
+// multiple of it could not be applied as written.
+const pinnedMemoryUnit = 1 << 20
 
 var (
 	indexKey = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
@@ -172,7 +184,15 @@ func validatePinnedLimit(q resource.Quantity, path *field.Path) field.ErrorList 
 	case tooLarge(q):
 		detail = "must be at most 1Ti, more than the memory of any GPU"
 	default:
-		return nil
+		// Between 1Mi and 1Ti, so Cmp is quick: Value is exact or rounds
+		// a fraction of a byte up.
+		bytes := q.Value()
+		if bytes%pinnedMemoryUnit == 0 && resource.NewQuantity(bytes, resource.BinarySI).Cmp(q) == 0 {
+			return nil
+		}
+		down, up := bytes/pinnedMemoryUnit, (bytes+pinnedMemoryUnit-1)/pinnedMemoryUnit
+		detail = fmt.Sprintf("must be a whole number of mebibytes (a multiple of 1Mi), the unit MPS takes it in, "+
+			"so that it is applied as written: use %dMi or %dMi", down, up)
 	}
 	return field.ErrorList{field.Invalid(path, q.String(), detail)}
 }
@@ -207,17 +227,17 @@ func validateDeviceKey(key string, path *field.Path, devices deviceKind) field.E
 	if devices.uuid.MatchString(key) {
 		return nil
 	}
+	if key == mpsDeviceOrdinal {
+		return nil
+	}
 	if indexKey.MatchString(key) {
-		if i, err := strconv.Atoi(key); err == nil && i < maxDevicesPerConfig {
-			return nil
-		}
 		return field.ErrorList{field.Invalid(path, key,
-			fmt.Sprintf("device index must be from 0 to %d: a claim holds at most %d devices",
-				maxDevicesPerConfig-1, maxDevicesPerConfig))}
+			"device index must be 0: a claim's containers reach one MPS device, which CUDA numbers 0; "+
+				"name other devices by UUID")}
 	}
 	return field.ErrorList{field.Invalid(path, key,
-		fmt.Sprintf("key must be %s in lowercase as nvidia-smi -L prints it, or a device index from 0 to %d without leading zeros",
-			devices.what, maxDevicesPerConfig-1))}
+		fmt.Sprintf("key must be %s in lowercase as nvidia-smi -L prints it, or the device index 0",
+			devices.what))}
 }
 
 // quoted renders values as `"A", "B", "C"` for messages.

@@ -1,7 +1,7 @@
 package v1beta1
 
 import (
-	"strconv"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,8 +47,8 @@ func TestValidate(t *testing.T) {
 				DefaultActiveThreadPercentage:  ptr(1),
 				DefaultPinnedDeviceMemoryLimit: ptr(resource.MustParse("1Ti")),
 				DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{
-					"0":  resource.MustParse("1Mi"),
-					"31": resource.MustParse("40Gi"),
+					"0": resource.MustParse("1Mi"),
+					"GPU-00000000-0000-0000-0000-000000000001": resource.MustParse("40Gi"),
 					"GPU-00000000-0000-0000-0000-000000000000": resource.MustParse("1.5Gi"),
 				},
 				ClientPriority: ptr(BelowNormalMPSClientPriority),
@@ -108,7 +108,6 @@ func TestValidate(t *testing.T) {
 			}}},
 			want: []fieldErr{
 				{field.ErrorTypeTooMany, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit"},
-				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[32]"},
 			},
 		},
 		// Quantities built in Go skip the decoder's guard; Validate must
@@ -117,17 +116,21 @@ func TestValidate(t *testing.T) {
 			cfg: &GpuConfig{Sharing: &GpuSharing{Strategy: MPSStrategy, MPSConfig: &MPSConfig{
 				DefaultPinnedDeviceMemoryLimit: resource.NewScaledQuantity(1, 999999999),
 				DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{
-					"0": *resource.NewScaledQuantity(1, -999999999),
-					"1": *resource.NewScaledQuantity(1048575, 0),
-					"2": *resource.NewScaledQuantity(1099511627777, 0),
-					"3": *resource.NewScaledQuantity(10485760, -1), // exactly 1Mi
+					uuid(0): *resource.NewScaledQuantity(1, -999999999),
+					uuid(1): *resource.NewScaledQuantity(1048575, 0),
+					uuid(2): *resource.NewScaledQuantity(1099511627777, 0),
+					uuid(3): *resource.NewScaledQuantity(10485760, -1),   // exactly 1Mi
+					uuid(4): *resource.NewScaledQuantity(10485761, -1),   // 1Mi and a tenth of a byte
+					uuid(5): *resource.NewScaledQuantity(1048576001, -3), // 1Mi and a byte
 				},
 			}}},
 			want: []fieldErr{
 				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit"},
-				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[0]"},
-				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[1]"},
-				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[2]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[" + uuid(0) + "]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[" + uuid(1) + "]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[" + uuid(2) + "]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[" + uuid(4) + "]"},
+				{field.ErrorTypeInvalid, "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[" + uuid(5) + "]"},
 			},
 		},
 		"unknown client priority": {
@@ -148,10 +151,13 @@ func TestValidate(t *testing.T) {
 func manyLimits(n int) map[string]resource.Quantity {
 	m := map[string]resource.Quantity{}
 	for i := range n {
-		m[strconv.Itoa(i)] = resource.MustParse("1Gi")
+		m[uuid(i)] = resource.MustParse("1Gi")
 	}
 	return m
 }
+
+// uuid is the i-th of a series of GPU UUIDs, in sorted order.
+func uuid(i int) string { return fmt.Sprintf("GPU-00000000-0000-0000-0000-%012x", i) }
 
 func TestTimeSliceIntervalComputePolicyValue(t *testing.T) {
 	tests := map[TimeSliceInterval]int{

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
 )
 
 // concurrency is the number of admissions in flight at once.
@@ -122,6 +124,34 @@ func BenchmarkHandler(b *testing.B) {
 			for b.Loop() {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(c.body)))
+				if rec.Code != http.StatusOK {
+					b.Fatalf("HTTP %d", rec.Code)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHandlerWorstCase is one admission of a claim with 32 configs,
+// each a worst case of the API's hostile corpus at the size limit: the
+// cost one request can put on a replica.
+//
+//	go test ./pkg/controller/webhook -run '^$' -bench HandlerWorstCase
+func BenchmarkHandlerWorstCase(b *testing.B) {
+	corpus, _, _ := readHostileCorpus(b)
+	for _, name := range []string{"deep-arrays.json", "deep-objects.json", "long-array.json", "many-unknown-keys.json", "many-per-device-keys.json"} {
+		configs := make([]resourceapi.DeviceClaimConfiguration, 32)
+		for i := range configs {
+			configs[i] = opaque(driver, string(corpus[name]), "gpu")
+		}
+		body := reviewJSON(b, admissionv1.Create, claimsGVR, claim(configs...), nil)
+		b.Run("32x-"+strings.TrimSuffix(name, ".json"), func(b *testing.B) {
+			h := NewHandler(driver, nil)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body)))
 				if rec.Code != http.StatusOK {
 					b.Fatalf("HTTP %d", rec.Code)
 				}
