@@ -129,7 +129,7 @@ func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *check
 			return fmt.Errorf("device %s: MPS is not configured on this node", pd.Device)
 		}
 		compute, memory := in.consumed[devicemodel.CapacityCompute], in.consumed[devicemodel.CapacityMemory]
-		share := sharing.MPSShare{ID: id, Config: in.config.MPSConfig, ConfigIndex: -1, Capacity: sharing.ShareCapacity{
+		share := sharing.MPSShare{ID: id, Config: in.config.MPSConfig, Capacity: sharing.ShareCapacity{
 			ComputePercent: int(compute.Value()),
 			MemoryBytes:    memory.Value(),
 		}}

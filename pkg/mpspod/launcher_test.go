@@ -162,7 +162,7 @@ func TestDaemonPodOutlivesPlugin(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	r := newRig(t)
 
-	res, err := r.manager().Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a", ConfigIndex: -1})
+	res, err := r.manager().Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestDaemonPodOutlivesPlugin(t *testing.T) {
 
 	// A second share joins the running daemon.
 	m := r.manager()
-	if _, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-b", ConfigIndex: -1}); err != nil {
+	if _, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-b"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.pods(); len(got) != 1 || got[0].UID != pod.UID {
@@ -213,7 +213,7 @@ func TestDaemonPodSharesShm(t *testing.T) {
 	r := newRig(t)
 	r.opts.ShmSize = 64 << 20
 	m := r.manager()
-	res, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a", ConfigIndex: -1})
+	res, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a"})
 	if err != nil {
 		if strings.Contains(err.Error(), "operation not permitted") {
 			t.Skipf("mounting a tmpfs needs CAP_SYS_ADMIN: %v", err)
@@ -254,7 +254,7 @@ func TestDeadDaemonPodIsReplaced(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	r := newRig(t)
 	m := r.manager()
-	res, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a", ConfigIndex: -1})
+	res, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestDeadDaemonPodIsReplaced(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	if _, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-b", ConfigIndex: -1}); err != nil {
+	if _, err := m.Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-b"}); err != nil {
 		t.Fatal(err)
 	}
 	pods := r.pods()
@@ -286,7 +286,7 @@ func TestFailedDaemonPodFailsFast(t *testing.T) {
 	r := newRig(t)
 	r.opts.ControlBinary = "/nonexistent/nvidia-cuda-mps-control"
 	start := time.Now()
-	_, err := r.manager().Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a", ConfigIndex: -1})
+	_, err := r.manager().Acquire(ctx, r.gpu, sharing.MPSShare{ID: "claim-a"})
 	if err == nil {
 		t.Fatal("Acquire succeeded with a daemon that cannot start")
 	}

@@ -432,7 +432,7 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 		// shares' containers (which carry their own limits) work.
 		dev := devices[uuid]
 		for _, id := range shares {
-			res, err := m.Acquire(ctx, dev, MPSShare{ID: id, ConfigIndex: -1})
+			res, err := m.Acquire(ctx, dev, MPSShare{ID: id})
 			if err != nil {
 				errs = append(errs, err)
 				break

@@ -56,7 +56,7 @@ func TestMPSRealControlDaemon(t *testing.T) {
 		dev.ParentUUID = "GPU-unknown"
 	}
 	cfg := &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(50), DefaultPinnedDeviceMemoryLimit: quantity("1Gi")}
-	if _, err := mgr.Acquire(ctx, dev, MPSShare{ID: "a", Config: cfg, ConfigIndex: 0}); err != nil {
+	if _, err := mgr.Acquire(ctx, dev, MPSShare{ID: "a", Config: cfg}); err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
 	p := mgr.paths(uuid)

@@ -251,7 +251,7 @@ func TestMPSLifecycle(t *testing.T) {
 	}
 	pipeDir := filepath.Join(mt.dir, dirName(gpu.UUID), "pipe")
 
-	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, ConfigIndex: 0, Capacity: ShareCapacity{ComputePercent: 25, MemoryBytes: 20 << 30}})
+	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, Capacity: ShareCapacity{ComputePercent: 25, MemoryBytes: 20 << 30}})
 	want := &Result{
 		Strategy: gpuv1beta1.MPSStrategy,
 		UUID:     gpu.UUID,
@@ -294,7 +294,7 @@ func TestMPSLifecycle(t *testing.T) {
 		t.Errorf("pinned memory limit in the daemon = %q, %v", out, err)
 	}
 
-	res = mt.acquire(t, gpu, MPSShare{ID: "b", Config: cfg, ConfigIndex: 0})
+	res = mt.acquire(t, gpu, MPSShare{ID: "b", Config: cfg})
 	if len(res.Warnings) != 0 || mt.pid(gpu) != pid || len(mt.starts(t, gpu)) != 1 {
 		t.Errorf("second share: warnings %q, pid %d (was %d), %d starts; want the same daemon", res.Warnings, mt.pid(gpu), pid, len(mt.starts(t, gpu)))
 	}
@@ -320,7 +320,7 @@ func TestMPSLifecycle(t *testing.T) {
 
 // TestMPSIndexKeyLimit checks, through the manager, that a per-device
 // limit keyed by index 0 reaches the client's environment and the daemon,
-// with ConfigIndex -1 as the driver passes it: the key is the device's CUDA
+// as the driver passes shares: the key is the device's CUDA
 // ordinal in the containers, which is always 0.
 func TestMPSIndexKeyLimit(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{})
@@ -329,7 +329,7 @@ func TestMPSIndexKeyLimit(t *testing.T) {
 		DefaultPinnedDeviceMemoryLimit:    quantity("8Gi"),
 		DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("6Gi")},
 	}
-	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, ConfigIndex: -1, Capacity: ShareCapacity{MemoryBytes: 20 << 30}})
+	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, Capacity: ShareCapacity{MemoryBytes: 20 << 30}})
 	if !slices.Contains(res.Edits.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=6144M") {
 		t.Errorf("client env %q lacks CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=6144M", res.Edits.Env)
 	}
@@ -345,7 +345,7 @@ func TestMPSLimitsFromCapacity(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{ContainerPipeDir: "/run/mps"})
 	gpu := gpuRef(mt.sim, 0)
 	cfg := &gpuv1beta1.MPSConfig{ClientPriority: ptrTo(gpuv1beta1.NormalMPSClientPriority)}
-	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, ConfigIndex: -1, Capacity: ShareCapacity{ComputePercent: 25, MemoryBytes: 20 << 30}})
+	res := mt.acquire(t, gpu, MPSShare{ID: "a", Config: cfg, Capacity: ShareCapacity{ComputePercent: 25, MemoryBytes: 20 << 30}})
 	wantEnv := []string{
 		"CUDA_MPS_PIPE_DIRECTORY=/run/mps",
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
@@ -359,7 +359,7 @@ func TestMPSLimitsFromCapacity(t *testing.T) {
 		t.Errorf("daemon got commands %q; a config without limits sets no defaults", cmds)
 	}
 	// Another share with another capacity gets its own limits, no warning.
-	res = mt.acquire(t, gpu, MPSShare{ID: "b", ConfigIndex: -1, Capacity: ShareCapacity{ComputePercent: 75, MemoryBytes: 60 << 30}})
+	res = mt.acquire(t, gpu, MPSShare{ID: "b", Capacity: ShareCapacity{ComputePercent: 75, MemoryBytes: 60 << 30}})
 	if len(res.Warnings) != 0 || !slices.Contains(res.Edits.Env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75") ||
 		!slices.Contains(res.Edits.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=61440M") {
 		t.Errorf("second share: env %q, warnings %q", res.Edits.Env, res.Warnings)
@@ -381,29 +381,29 @@ func TestMPSEdits(t *testing.T) {
 		wantErr      bool
 	}{
 		"nothing": {
-			dev: gpu, share: MPSShare{ConfigIndex: -1},
+			dev: gpu, share: MPSShare{},
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"},
 		},
 		"capacity": {
-			dev: gpu, share: MPSShare{ConfigIndex: -1, Capacity: ShareCapacity{ComputePercent: 10, MemoryBytes: 1 << 30}},
+			dev: gpu, share: MPSShare{Capacity: ShareCapacity{ComputePercent: 10, MemoryBytes: 1 << 30}},
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M"},
 		},
 		// The capacity's step is 1Mi; anything else is refused, not cut.
 		"capacity of a fraction of a mebibyte": {
-			dev: gpu, share: MPSShare{ConfigIndex: -1, Capacity: ShareCapacity{MemoryBytes: 1<<30 + 1<<19}},
+			dev: gpu, share: MPSShare{Capacity: ShareCapacity{MemoryBytes: 1<<30 + 1<<19}},
 			wantErr: true,
 		},
 		"config over capacity": {
 			dev: gpu,
 			share: MPSShare{
-				Config:      &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(40), DefaultPinnedDeviceMemoryLimit: quantity("2Gi")},
-				ConfigIndex: 1, Capacity: ShareCapacity{ComputePercent: 10, MemoryBytes: 1 << 30},
+				Config:   &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(40), DefaultPinnedDeviceMemoryLimit: quantity("2Gi")},
+				Capacity: ShareCapacity{ComputePercent: 10, MemoryBytes: 1 << 30},
 			},
 			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"},
 			wantCommands: []string{"set_default_active_thread_percentage 40", "set_default_device_pinned_mem_limit " + gpu.UUID + " 2048M"},
 		},
-		// Index 0 is the device's CUDA ordinal in the containers; it
-		// applies whatever ConfigIndex says (the driver passes -1).
+		// Index 0 is the device's CUDA ordinal in the containers.
+
 		"index key over default": {
 			dev: gpu,
 			share: MPSShare{
@@ -411,7 +411,6 @@ func TestMPSEdits(t *testing.T) {
 					DefaultPinnedDeviceMemoryLimit:    quantity("2Gi"),
 					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("5Gi")},
 				},
-				ConfigIndex: -1,
 			},
 			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=5120M"},
 			wantCommands: []string{"set_default_device_pinned_mem_limit " + gpu.UUID + " 5120M"},
@@ -422,7 +421,6 @@ func TestMPSEdits(t *testing.T) {
 				Config: &gpuv1beta1.MPSConfig{
 					DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("3Gi"), mig.UUID: resource.MustParse("4Gi")},
 				},
-				ConfigIndex: -1,
 			},
 			wantEnv:      []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M"},
 			wantCommands: []string{"set_default_device_pinned_mem_limit " + mig.UUID + " 4096M"},
@@ -430,34 +428,33 @@ func TestMPSEdits(t *testing.T) {
 		"UUID key of another device": {
 			dev: gpu,
 			share: MPSShare{
-				Config:      &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{mig.UUID: resource.MustParse("3Gi")}},
-				ConfigIndex: -1,
+				Config: &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{mig.UUID: resource.MustParse("3Gi")}},
 			},
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"},
 		},
 		"capacity over 100 percent": {
-			dev: gpu, share: MPSShare{ConfigIndex: -1, Capacity: ShareCapacity{ComputePercent: 150}},
+			dev: gpu, share: MPSShare{Capacity: ShareCapacity{ComputePercent: 150}},
 			wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"},
 		},
 		"invalid percentage": {
-			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(0)}, ConfigIndex: -1},
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(0)}},
 			wantErr: true,
 		},
 		"limit below 1Mi": {
-			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("1000Ki")}, ConfigIndex: -1},
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("1000Ki")}},
 			wantErr: true,
 		},
 		// Validate refuses these; the manager does not round them either.
 		"limit of a fraction of a mebibyte": {
-			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("1536Ki")}, ConfigIndex: -1},
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("1536Ki")}},
 			wantErr: true,
 		},
 		"per-device limit of a fraction of a byte": {
-			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("1048576.5")}}, ConfigIndex: -1},
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{DefaultPerDevicePinnedMemoryLimit: map[string]resource.Quantity{"0": resource.MustParse("1048576.5")}}},
 			wantErr: true,
 		},
 		"invalid priority": {
-			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{ClientPriority: ptrTo(gpuv1beta1.MPSClientPriority("High"))}, ConfigIndex: -1},
+			dev: gpu, share: MPSShare{Config: &gpuv1beta1.MPSConfig{ClientPriority: ptrTo(gpuv1beta1.MPSClientPriority("High"))}},
 			wantErr: true,
 		},
 	}
@@ -494,7 +491,7 @@ func TestMPSMIGDevice(t *testing.T) {
 	mig := migRef(mt.sim, 2)
 	gpu := gpuRef(mt.sim, 2)
 	cfg := &gpuv1beta1.MPSConfig{DefaultPinnedDeviceMemoryLimit: quantity("4Gi")}
-	mt.acquire(t, mig, MPSShare{ID: "a", Config: cfg, ConfigIndex: 0})
+	mt.acquire(t, mig, MPSShare{ID: "a", Config: cfg})
 	if starts := mt.starts(t, mig); len(starts) != 1 || !strings.Contains(starts[0], "CUDA_VISIBLE_DEVICES="+mig.UUID) {
 		t.Errorf("daemon starts = %q, want one with CUDA_VISIBLE_DEVICES=%s", starts, mig.UUID)
 	}
@@ -518,9 +515,9 @@ func TestMPSMIGDevice(t *testing.T) {
 func TestMPSConflictingDefaults(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{})
 	gpu := gpuRef(mt.sim, 1)
-	mt.acquire(t, gpu, MPSShare{ID: "a", Config: &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(50)}, ConfigIndex: 0})
+	mt.acquire(t, gpu, MPSShare{ID: "a", Config: &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(50)}})
 	pid := mt.pid(gpu)
-	res := mt.acquire(t, gpu, MPSShare{ID: "b", Config: &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(30)}, ConfigIndex: 0})
+	res := mt.acquire(t, gpu, MPSShare{ID: "b", Config: &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(30)}})
 	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "first share") {
 		t.Errorf("warnings = %q, want one about the first share's defaults", res.Warnings)
 	}
@@ -542,9 +539,9 @@ func TestMPSReadoption(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{})
 	gpu0, gpu1, gpu2 := gpuRef(mt.sim, 0), gpuRef(mt.sim, 1), gpuRef(mt.sim, 2)
 	cfg := &gpuv1beta1.MPSConfig{DefaultActiveThreadPercentage: ptrTo(40)}
-	mt.acquire(t, gpu0, MPSShare{ID: "a", Config: cfg, ConfigIndex: 0})
-	mt.acquire(t, gpu1, MPSShare{ID: "b", Config: cfg, ConfigIndex: 0})
-	mt.acquire(t, gpu2, MPSShare{ID: "c", Config: cfg, ConfigIndex: 0})
+	mt.acquire(t, gpu0, MPSShare{ID: "a", Config: cfg})
+	mt.acquire(t, gpu1, MPSShare{ID: "b", Config: cfg})
+	mt.acquire(t, gpu2, MPSShare{ID: "c", Config: cfg})
 	pid0, pid1, pid2 := mt.pid(gpu0), mt.pid(gpu1), mt.pid(gpu2)
 	killDaemon(t, pid1) // crashed while the plugin was down
 
@@ -616,9 +613,9 @@ func TestMPSReconcileWithoutState(t *testing.T) {
 func TestMPSDeadDaemonRestartedOnAcquire(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{})
 	gpu := gpuRef(mt.sim, 5)
-	mt.acquire(t, gpu, MPSShare{ID: "a", ConfigIndex: -1})
+	mt.acquire(t, gpu, MPSShare{ID: "a"})
 	killDaemon(t, mt.pid(gpu))
-	mt.acquire(t, gpu, MPSShare{ID: "b", ConfigIndex: -1})
+	mt.acquire(t, gpu, MPSShare{ID: "b"})
 	if mt.pid(gpu) == 0 || len(mt.starts(t, gpu)) != 2 {
 		t.Errorf("pid %d, %d starts; want a restarted daemon", mt.pid(gpu), len(mt.starts(t, gpu)))
 	}
@@ -634,7 +631,7 @@ func TestMPSDeadDaemonRestartedOnAcquire(t *testing.T) {
 func TestMPSStopKillsStuckDaemon(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{Env: []string{mpscontrol.EnvIgnoreQuit + "=1"}, StopTimeout: 200 * time.Millisecond})
 	gpu := gpuRef(mt.sim, 7)
-	mt.acquire(t, gpu, MPSShare{ID: "a", ConfigIndex: -1})
+	mt.acquire(t, gpu, MPSShare{ID: "a"})
 	pid := mt.pid(gpu)
 	mt.release(t, gpu, "a")
 	if processRunning(pid) {
@@ -651,7 +648,7 @@ func TestMPSStopKillsStuckDaemon(t *testing.T) {
 func TestMPSStartFailure(t *testing.T) {
 	mt := newMPSTest(t, "dgxh100", MPSOptions{Env: []string{mpscontrol.EnvFailStart + "=1"}})
 	gpu := gpuRef(mt.sim, 4)
-	_, err := mt.mgr.Acquire(testContext(t), gpu, MPSShare{ID: "a", ConfigIndex: -1})
+	_, err := mt.mgr.Acquire(testContext(t), gpu, MPSShare{ID: "a"})
 	if err == nil || !strings.Contains(err.Error(), mpscontrol.EnvFailStart) {
 		t.Fatalf("Acquire = %v, want the daemon's output in the error", err)
 	}
@@ -692,7 +689,7 @@ func TestMPSConcurrent(t *testing.T) {
 	for g := range gpus {
 		for s := range shares {
 			wg.Go(func() {
-				if _, err := mt.mgr.Acquire(ctx, gpuRef(mt.sim, g), MPSShare{ID: fmt.Sprintf("share-%d", s), ConfigIndex: -1}); err != nil {
+				if _, err := mt.mgr.Acquire(ctx, gpuRef(mt.sim, g), MPSShare{ID: fmt.Sprintf("share-%d", s)}); err != nil {
 					errs <- err
 				}
 			})
@@ -736,7 +733,7 @@ func TestMPSFailedRestoreIsRetried(t *testing.T) {
 	gpu := gpuRef(mt.sim, 2)
 	for _, next := range []string{"release", "acquire"} {
 		t.Run(next, func(t *testing.T) {
-			mt.acquire(t, gpu, MPSShare{ID: "a", ConfigIndex: -1})
+			mt.acquire(t, gpu, MPSShare{ID: "a"})
 			pid := mt.pid(gpu)
 			mt.sim.InjectError("SetComputeMode", 2, nvml.ERROR_UNKNOWN, 1)
 			if err := mt.mgr.Release(testContext(t), gpu, "a"); err == nil {
@@ -748,7 +745,7 @@ func TestMPSFailedRestoreIsRetried(t *testing.T) {
 			if next == "release" {
 				mt.release(t, gpu, "a")
 			} else {
-				mt.acquire(t, gpu, MPSShare{ID: "b", ConfigIndex: -1})
+				mt.acquire(t, gpu, MPSShare{ID: "b"})
 				if got := computeModeOf(t, mt.sim, 2); got != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
 					t.Errorf("compute mode with share b = %v, want EXCLUSIVE_PROCESS", got)
 				}

@@ -41,13 +41,6 @@ type MPSShare struct {
 	// Config is the share's defaulted and validated MPS config; nil when
 	// none applies.
 	Config *gpuv1beta1.MPSConfig
-	// ConfigIndex is ignored.
-	//
-	// Deprecated: the index key of Config.DefaultPerDevicePinnedMemoryLimit
-	// is the CUDA ordinal of the device in the share's containers, always
-	// 0 (see configPinnedLimit), not a position in the allocation. The
-	// field stays until its callers stop setting it.
-	ConfigIndex int
 	// Capacity is what the share consumes; it gives the share's limits
 	// where Config does not.
 	Capacity ShareCapacity
