@@ -76,6 +76,7 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 	opts := mpspod.Options{
 		Client: client, Namespace: cfg.PodNamespace, NodeName: cfg.NodeName, DriverName: cfg.DriverName,
 		Image: cfg.MPSDaemonImage, Owner: owner, PriorityClassName: cfg.MPSDaemonPriorityClass,
+		ServiceAccountName: cfg.MPSDaemonServiceAccount,
 	}
 	if hw.driverRoot != "/" {
 		// The control program and its libraries, where the plugin sees them.

@@ -58,6 +58,9 @@ type Options struct {
 	Owner *metav1.OwnerReference
 	// PriorityClassName of the pods, e.g. system-node-critical.
 	PriorityClassName string
+	// ServiceAccountName of the pods: one without permissions (no token
+	// is mounted either); empty means the namespace's default.
+	ServiceAccountName string
 	// Mounts are bind-mounted into the daemon container besides its pipe
 	// and log directories.
 	Mounts []Mount
@@ -248,6 +251,7 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 			HostPID:                       true,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			PriorityClassName:             l.opts.PriorityClassName,
+			ServiceAccountName:            l.opts.ServiceAccountName,
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](10),
