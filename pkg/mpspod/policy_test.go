@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod/mpspodtest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
 
@@ -92,104 +94,27 @@ func checkPolicy(t *testing.T, v *policy, good *corev1.Pod) {
 	if msg := admit(t, v, admission.Create, good, &user.DefaultInfo{Name: pluginUser}); !strings.Contains(msg, "own node") {
 		t.Errorf("a credential without node creates the pod: %q", msg)
 	}
-	secretVolume := corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "rel-gpu-dra-driver-webhook-tls"}}}
-	tokenVolume := corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
-	}}}}
-	hostPath := func(path string, typ corev1.HostPathType) corev1.Volume {
-		return corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
-	}
-	mount := func(pod *corev1.Pod, v corev1.Volume, at string) {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, v)
-		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: at})
-	}
-	c := func(pod *corev1.Pod) *corev1.Container { return &pod.Spec.Containers[0] }
-	pipe := good.Spec.Volumes[0].HostPath.Path
-	exec := &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "cat /var/run/secrets/*"}}
-	variants := map[string]struct {
-		mutate func(*corev1.Pod)
-		want   string
-	}{
-		"not a daemon pod":       {func(p *corev1.Pod) { p.Labels = nil }, "only manage MPS control daemon pods"},
-		"another image":          {func(p *corev1.Pod) { c(p).Image = "registry.example/miner:latest" }, "the driver's image"},
-		"a second container":     {func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, *c(p)) }, "exactly one container"},
-		"an init container":      {func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{*c(p)} }, "exactly one container"},
-		"an ephemeral container": {func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}} }, "exactly one container"},
-		"another command":        {func(p *corev1.Pod) { c(p).Command = []string{"/bin/sh", "-c", "sleep inf"} }, "must run only"},
-		"no command":             {func(p *corev1.Pod) { c(p).Command = nil }, "must run only"},
-		"arguments":              {func(p *corev1.Pod) { c(p).Args = []string{"-x"} }, "must run only"},
-		"a postStart hook": {func(p *corev1.Pod) {
-			c(p).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: exec}}
-		}, "must run only"},
-		"an exec probe":             {func(p *corev1.Pod) { c(p).LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: exec}} }, "must run only"},
-		"a host port":               {func(p *corev1.Pod) { c(p).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} }, "must run only"},
-		"a working directory":       {func(p *corev1.Pod) { c(p).WorkingDir = "/tmp" }, "must run only"},
-		"the controller's account":  {func(p *corev1.Pod) { p.Spec.ServiceAccountName = "rel-gpu-dra-driver-controller" }, "must run as service account " + daemonSA},
-		"the default account":       {func(p *corev1.Pod) { p.Spec.ServiceAccountName = "" }, "must run as service account"},
-		"a mounted token":           {func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = ptr.To(true) }, "automountServiceAccountToken: false"},
-		"a defaulted token":         {func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }, "automountServiceAccountToken: false"},
-		"the webhook's TLS secret":  {func(p *corev1.Pod) { mount(p, secretVolume, "/tls") }, "only have hostPath volumes"},
-		"a projected token":         {func(p *corev1.Pod) { mount(p, tokenVolume, "/token") }, "only have hostPath volumes"},
-		"a ConfigMap":               {func(p *corev1.Pod) { mount(p, configMapVolume(), "/cm") }, "only have hostPath volumes"},
-		"the host's root":           {func(p *corev1.Pod) { mount(p, hostPath("/", corev1.HostPathDirectory), "/host") }, "only have hostPath volumes"},
-		"the kubelet's credentials": {func(p *corev1.Pod) { mount(p, hostPath("/var/lib/kubelet/pki", corev1.HostPathDirectory), "/pki") }, "only have hostPath volumes"},
-		"an MPS dir's sibling": {func(p *corev1.Pod) {
-			mount(p, hostPath(filepath.Dir(pipe)+"/state.json", corev1.HostPathDirectory), "/s")
-		}, "only have hostPath volumes"},
-		"a path that climbs out": {func(p *corev1.Pod) {
-			mount(p, hostPath(pipe+"/../../../../pki/x/pipe", corev1.HostPathDirectory), "/s")
-		}, "only have hostPath volumes"},
-		"a created host dir": {func(p *corev1.Pod) { p.Spec.Volumes[0].HostPath.Type = ptr.To(corev1.HostPathDirectoryOrCreate) }, "only have hostPath volumes"},
-		"a pipe dir over the program": {func(p *corev1.Pod) {
-			c(p).VolumeMounts[0].MountPath = filepath.Dir(c(p).Command[0])
-		}, "mount each directory where the plugin sees it"},
-		"a subPath": {func(p *corev1.Pod) { c(p).VolumeMounts[0].SubPath = "x" }, "without subPath"},
-		"mount propagation": {func(p *corev1.Pod) {
-			c(p).VolumeMounts[0].MountPropagation = ptr.To(corev1.MountPropagationBidirectional)
-		}, "without subPath or mount propagation"},
-		"an env var from a Secret": {func(p *corev1.Pod) { c(p).Env = append(c(p).Env, secretEnv()) }, "only have literal environment"},
-		"env from a Secret": {func(p *corev1.Pod) {
-			c(p).EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}}
-		}, "only have literal environment"},
-		"the host network":       {func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "host network"},
-		"the host IPC namespace": {func(p *corev1.Pod) { p.Spec.HostIPC = true }, "host network or IPC"},
-		"an image pull secret":   {func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "s"}} }, "image pull"},
-		"a resource claim":       {func(p *corev1.Pod) { p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}} }, "resource claims"},
-		"a runtime class":        {func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }, "runtime class"},
-		"another priority class": {func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-cluster-critical" }, "priority class"},
-		"capabilities":           {func(p *corev1.Pod) { c(p).SecurityContext.Capabilities = &corev1.Capabilities{} }, "exactly the security context"},
-		"another user":           {func(p *corev1.Pod) { c(p).SecurityContext.RunAsUser = ptr.To[int64](1000) }, "exactly the security context"},
-		"no security context":    {func(p *corev1.Pod) { c(p).SecurityContext = nil }, "exactly the security context"},
-		"sysctls": {func(p *corev1.Pod) {
-			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "a", Value: "b"}}}
-		}, "exactly the security context"},
-		"a pod-level seccomp profile": {func(p *corev1.Pod) {
-			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{}}
-		}, "exactly the security context"},
-	}
+	variants := mpspodtest.ForbiddenVariants(good, "rel-gpu-dra-driver-kubelet-plugin")
+	// Variants a real API server refuses before the policy: it looks up
+	// the runtime class, it never admits ephemeral containers at create.
+	variants["a runtime class"] = mpspodtest.Variant{Mutate: func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }, Want: "runtime class"}
+	variants["an ephemeral container"] = mpspodtest.Variant{Mutate: func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}} }, Want: "exactly one container"}
+	variants["a path that climbs out"] = mpspodtest.Variant{Mutate: func(p *corev1.Pod) {
+		p.Spec.Volumes[0].HostPath.Path += "/../../../../../../var/lib/kubelet/pki/x/pipe"
+	}, Want: "only have hostPath volumes"}
 	for name, tc := range variants {
 		t.Run(name, func(t *testing.T) {
 			pod := good.DeepCopy()
-			tc.mutate(pod)
+			tc.Mutate(pod)
 			msg := admit(t, v, admission.Create, pod, nodeUser(node))
 			switch {
 			case msg == "":
-				t.Errorf("admitted, want denied with %q", tc.want)
-			case !strings.Contains(msg, tc.want):
-				t.Errorf("denied with %q, want %q", msg, tc.want)
+				t.Errorf("admitted, want denied with %q", tc.Want)
+			case !strings.Contains(msg, tc.Want):
+				t.Errorf("denied with %q, want %q", msg, tc.Want)
 			}
 		})
 	}
-}
-
-func configMapVolume() corev1.Volume {
-	return corev1.Volume{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}}}
-}
-
-func secretEnv() corev1.EnvVar {
-	return corev1.EnvVar{Name: "KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: "rel-gpu-dra-driver-webhook-tls"}, Key: "tls.key",
-	}}}
 }
 
 func nodeUser(node string) user.Info {
@@ -208,9 +133,9 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-// chartPolicy renders the chart's MPS daemon pod policy with helm ($HELM or
-// helm on PATH; hack/cluster builds one).
-func chartPolicy(t *testing.T, values ...string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+// helmTemplate renders the chart (only the template showOnly, if set) with
+// helm ($HELM or helm on PATH; hack/cluster builds one).
+func helmTemplate(t *testing.T, showOnly string, values ...string) (string, error) {
 	t.Helper()
 	helm := os.Getenv("HELM")
 	if helm == "" {
@@ -220,13 +145,25 @@ func chartPolicy(t *testing.T, values ...string) *admissionregistrationv1.Valida
 		}
 	}
 	args := append([]string{"template", release, "../../deployments/helm/gpu-dra-driver", "-n", namespace,
-		"--show-only", "templates/validatingadmissionpolicy.yaml",
 		"--set", "image.repository=registry.example/gpu-dra-driver,image.tag=v9"}, values...)
+	if showOnly != "" {
+		args = append(args, "--show-only", showOnly)
+	}
 	out, err := exec.Command(helm, args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	for _, doc := range strings.Split(string(out), "\n---\n") {
+	return string(out), nil
+}
+
+// chartPolicy is the chart's MPS daemon pod policy.
+func chartPolicy(t *testing.T, values ...string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	out, err := helmTemplate(t, "templates/validatingadmissionpolicy.yaml", values...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(out, "\n---\n") {
 		var vap admissionregistrationv1.ValidatingAdmissionPolicy
 		if err := yaml.UnmarshalStrict([]byte(doc), &vap); err != nil || vap.Kind != "ValidatingAdmissionPolicy" {
 			continue
@@ -237,6 +174,19 @@ func chartPolicy(t *testing.T, values ...string) *admissionregistrationv1.Valida
 	}
 	t.Fatalf("the chart renders no MPS daemon pod policy:\n%s", out)
 	return nil
+}
+
+// TestChartRefusesUnrestrictedNodePlugins: without the admission policies
+// the plugin's RBAC lets any node write every node's slices and create any
+// pod, so the chart installs like that only when told it is on purpose.
+func TestChartRefusesUnrestrictedNodePlugins(t *testing.T) {
+	out, err := helmTemplate(t, "", "--set", "validatingAdmissionPolicy.enabled=false")
+	if err == nil || !strings.Contains(out, "validatingAdmissionPolicy.acknowledgeUnrestrictedNodePlugins=true") {
+		t.Errorf("validatingAdmissionPolicy.enabled=false renders (%v), want a failure naming the acknowledgement:\n%s", err, out)
+	}
+	if _, err := helmTemplate(t, "", "--set", "validatingAdmissionPolicy.enabled=false,validatingAdmissionPolicy.acknowledgeUnrestrictedNodePlugins=true"); err != nil {
+		t.Errorf("acknowledged: %v", err)
+	}
 }
 
 // policy is a compiled ValidatingAdmissionPolicy.
@@ -300,8 +250,9 @@ func (e *expression) ReturnTypes() []*cel.Type { return e.types }
 func (e *expression) GetName() string          { return e.name }
 
 // admit returns "" when the policy admits the operation on pod by u, else
-// the messages of the validations that failed. An evaluation error fails the
-// test: under failurePolicy Fail it would deny with an unreadable message.
+// the message of the first validation that failed, the one the API server
+// reports. An evaluation error fails the test: under failurePolicy Fail it
+// would deny with an unreadable message.
 func admit(t *testing.T, p *policy, op admission.Operation, pod *corev1.Pod, u user.Info) string {
 	t.Helper()
 	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
@@ -338,7 +289,10 @@ func admit(t *testing.T, p *policy, op admission.Operation, pod *corev1.Pod, u u
 			denied = append(denied, msg)
 		}
 	}
-	return strings.Join(denied, "; ")
+	if len(denied) == 0 {
+		return ""
+	}
+	return denied[0]
 }
 
 // launcherPod is the pod the launcher creates for the daemon a real
