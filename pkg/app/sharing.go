@@ -80,7 +80,7 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 	}
 	if hw.driverRoot != "/" {
 		// The control program and its libraries, where the plugin sees them.
-		opts.Mounts = append(opts.Mounts, mpspod.Mount{HostPath: hw.hostDriverRoot, Path: hw.driverRoot})
+		opts.Mounts = append(opts.Mounts, mpspod.Mount{HostPath: hw.hostDriverRoot, Path: hw.driverRoot, ReadOnly: true})
 	}
 	klog.FromContext(ctx).Info("MPS control daemons run as pods", "namespace", cfg.PodNamespace, "image", cfg.MPSDaemonImage, "owner", owner.Kind+"/"+owner.Name, "control", control)
 	return mpspod.New(opts)

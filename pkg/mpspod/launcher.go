@@ -37,6 +37,8 @@ const Component = "mps-control-daemon"
 // e.g. the driver root with the control program and its libraries.
 type Mount struct {
 	HostPath, Path string
+	// ReadOnly mounts it read-only, e.g. the driver root.
+	ReadOnly bool
 }
 
 // Options configure a Launcher.
@@ -233,7 +235,7 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 		}})
 		// No mount propagation: a daemon starts when the driver already
 		// answers NVML, and propagation needs a shared host mount.
-		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
+		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Path, ReadOnly: m.ReadOnly})
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

@@ -56,7 +56,7 @@ func TestDaemonPodPolicy(t *testing.T) {
 		control    string
 	}{
 		"host driver": {
-			driverRoot: Mount{HostPath: "/run/nvidia/driver", Path: "/driver-root"},
+			driverRoot: Mount{HostPath: "/run/nvidia/driver", Path: "/driver-root", ReadOnly: true},
 			control:    "/driver-root/usr/bin/nvidia-cuda-mps-control",
 		},
 		"simulated": {
@@ -69,7 +69,7 @@ func TestDaemonPodPolicy(t *testing.T) {
 			dataDir := filepath.Join(kubeletDir, "plugins/gpu.dra.dev")
 			if tc.driverRoot.HostPath == "" {
 				root := filepath.Join(dataDir, "simulated-dgxh100/driver-root")
-				tc.driverRoot = Mount{HostPath: root, Path: root}
+				tc.driverRoot = Mount{HostPath: root, Path: root, ReadOnly: true}
 			}
 			policy := chartPolicy(t, append([]string{"--set", "kubeletDir=" + kubeletDir}, tc.values...)...)
 			validator := compilePolicy(t, policy)
