@@ -99,7 +99,6 @@ func ForbiddenVariants(good *corev1.Pod, otherSA string) map[string]Variant {
 		"mount propagation": {func(p *corev1.Pod) {
 			c(p).VolumeMounts[0].MountPropagation = ptr.To(corev1.MountPropagationBidirectional)
 		}, "without subPath or mount propagation"},
-		"a runtime class": {func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }, "runtime class"},
 		"capabilities": {func(p *corev1.Pod) {
 			c(p).SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}
 		}, "exactly the security context"},
