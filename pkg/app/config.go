@@ -58,9 +58,11 @@ type Config struct {
 	// MPSDaemonImage, when set, runs the MPS control daemons as pods of
 	// this image on the node (owned by the plugin pod's DaemonSet), so
 	// that they survive the plugin's container; MPSDaemonPriorityClass is
-	// their priority class. PodName and PodNamespace name the plugin's pod.
-	MPSDaemonImage         string
-	MPSDaemonPriorityClass string
+	// their priority class and MPSDaemonServiceAccount their service
+	// account. PodName and PodNamespace name the plugin's pod.
+	MPSDaemonImage          string
+	MPSDaemonPriorityClass  string
+	MPSDaemonServiceAccount string
 	// MPSShmSize is the size of the tmpfs each MPS device's daemon pod and
 	// clients share as /dev/shm, e.g. "1Gi"; empty or "0": none.
 	MPSShmSize   string
@@ -111,6 +113,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSDaemonImage, "mps-daemon-image", "", "Run MPS control daemons as pods of this image (normally the plugin's own), bound to this node and owned by the plugin pod's DaemonSet, so that they survive plugin restarts; empty runs them as processes of the plugin, which die with its container.")
 	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs, a whole number of mebibytes (e.g. 1Gi), that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")
 	fs.StringVar(&c.MPSDaemonPriorityClass, "mps-daemon-priority-class", "", "Priority class of MPS control daemon pods.")
+	fs.StringVar(&c.MPSDaemonServiceAccount, "mps-daemon-service-account", "", "Service account of MPS control daemon pods (they mount no token); empty: the namespace's default.")
 	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
 	fs.StringVar(&c.IgnoredXIDs, "ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs), "XIDs that do not make a GPU unhealthy (application errors; see docs/health.md).")

@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -72,10 +70,9 @@ func publishWithHealth(ctx context.Context, helper *kubeletplugin.Helper, mon *h
 // injects an NVML event into the simulated GPUs so demos can show a GPU
 // going unhealthy (POST /simulate/event?gpu=0&xid=79, or &lost=true).
 func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.KubeRegistry) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", telemetry.Handler(reg))
+	extra := map[string]http.Handler{}
 	if hw.sim != nil {
-		mux.HandleFunc("/simulate/event", func(w http.ResponseWriter, r *http.Request) {
+		extra["/simulate/event"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodPost {
 				http.Error(w, "POST only", http.StatusMethodNotAllowed)
 				return
@@ -104,12 +101,7 @@ func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.Ku
 			}
 		})
 	}
-	srv := &http.Server{Addr: cfg.MetricsAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := telemetry.Serve(ctx, cfg.MetricsAddress, reg, extra); err != nil {
 		klog.FromContext(ctx).Error(err, "Metrics server", "address", cfg.MetricsAddress)
 	}
 }

@@ -76,10 +76,11 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 	opts := mpspod.Options{
 		Client: client, Namespace: cfg.PodNamespace, NodeName: cfg.NodeName, DriverName: cfg.DriverName,
 		Image: cfg.MPSDaemonImage, Owner: owner, PriorityClassName: cfg.MPSDaemonPriorityClass,
+		ServiceAccountName: cfg.MPSDaemonServiceAccount,
 	}
 	if hw.driverRoot != "/" {
 		// The control program and its libraries, where the plugin sees them.
-		opts.Mounts = append(opts.Mounts, mpspod.Mount{HostPath: hw.hostDriverRoot, Path: hw.driverRoot})
+		opts.Mounts = append(opts.Mounts, mpspod.Mount{HostPath: hw.hostDriverRoot, Path: hw.driverRoot, ReadOnly: true})
 	}
 	klog.FromContext(ctx).Info("MPS control daemons run as pods", "namespace", cfg.PodNamespace, "image", cfg.MPSDaemonImage, "owner", owner.Kind+"/"+owner.Name, "control", control)
 	return mpspod.New(opts)

@@ -85,6 +85,10 @@ type WebhookConfig struct {
 	// CAPropagationDelay is how long a new CA is in the bundle before
 	// serving certificates it signed are used.
 	CAPropagationDelay time.Duration
+	// RequestTimeout bounds the TLS handshake and reading a request, and
+	// writing its response: a client that sends slowly or never finishes
+	// loses its connection.
+	RequestTimeout time.Duration
 }
 
 // SelfManagedTLS reports whether the controller manages its own
@@ -113,6 +117,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 	fs.BoolVar(&c.Webhook.Enabled, "webhook", true, "Serve the validating admission webhook (every replica serves it; no leader election needed).")
 	fs.StringVar(&c.Webhook.Address, "webhook-address", ":8443", "HTTPS address of the admission webhook (path /validate).")
+	fs.DurationVar(&c.Webhook.RequestTimeout, "webhook-request-timeout", 30*time.Second, "Bound on the TLS handshake, reading one webhook request and writing its response (the API server waits at most 30s for a webhook); slower clients are disconnected.")
 	fs.StringVar(&c.Webhook.CertFile, "tls-cert-file", "", "Serving certificate (PEM), e.g. from cert-manager; with --tls-key-file it turns self-managed TLS off. Reloaded when it changes.")
 	fs.StringVar(&c.Webhook.KeyFile, "tls-key-file", "", "Private key (PEM) of --tls-cert-file.")
 	fs.StringVar(&c.Webhook.SecretName, "tls-secret-name", "gpu-dra-controller-webhook-tls", "Self-managed TLS: Secret in --namespace holding the CA and the serving certificate.")
@@ -148,6 +153,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Webhook.Enabled {
 		w := &c.Webhook
+		if w.RequestTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("--webhook-request-timeout (%v) must be positive", w.RequestTimeout))
+		}
 		if (w.CertFile == "") != (w.KeyFile == "") {
 			errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
 		}

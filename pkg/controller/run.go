@@ -39,6 +39,10 @@ import (
 // userAgent identifies the controller's API requests.
 const userAgent = "gpu-dra-controller"
 
+// webhookMaxHeaderBytes bounds a webhook request's headers; the API server
+// sends a few hundred bytes.
+const webhookMaxHeaderBytes = 64 << 10
+
 // shutdownTimeout bounds draining the servers on exit.
 const shutdownTimeout = 10 * time.Second
 
@@ -101,10 +105,16 @@ func Run(ctx context.Context, cfg *Config) error {
 		mux := http.NewServeMux()
 		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m))
 		srv := &http.Server{
-			Handler:           withLogger(mux, logger.WithName("webhook")),
-			TLSConfig:         &tls.Config{GetCertificate: source.GetCertificate, MinVersion: tls.VersionTLS12},
-			ReadHeaderTimeout: 10 * time.Second,
+			Handler:   withLogger(mux, logger.WithName("webhook")),
+			TLSConfig: &tls.Config{GetCertificate: source.GetCertificate, MinVersion: tls.VersionTLS12},
+			// Every phase is bounded, so that slow or stalled clients
+			// cannot hold connections and goroutines (the handshake
+			// gets the shortest of these).
+			ReadHeaderTimeout: min(10*time.Second, cfg.Webhook.RequestTimeout),
+			ReadTimeout:       cfg.Webhook.RequestTimeout,
+			WriteTimeout:      cfg.Webhook.RequestTimeout,
 			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    webhookMaxHeaderBytes,
 		}
 		ln, err := listen(cfg.WebhookListener, cfg.Webhook.Address)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -189,10 +190,13 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
+// runWithCertFiles runs the webhook only, with a certificate as cert-manager
+// would issue it, and waits until it is ready. The returned function stops
+// it and checks that it stopped cleanly.
+func runWithCertFiles(t *testing.T, args ...string) (*Config, func()) {
+	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile := dir+"/tls.crt", dir+"/tls.key"
-	// A certificate as cert-manager would issue it.
 	src, err := certs.NewManager(fake.NewClientset(), certs.Config{Namespace: "x", SecretName: "s", DNSNames: []string{"webhook.example"}})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +212,7 @@ func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
 	}
 	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
 
-	cfg := defaults(t, "--tls-cert-file="+certFile, "--tls-key-file="+keyFile, "--leader-elect=false", "--node-labels=false")
+	cfg := defaults(t, append([]string{"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile, "--leader-elect=false", "--node-labels=false"}, args...)...)
 	cfg.KubeClient = fake.NewClientset()
 	cfg.WebhookListener, cfg.HTTPListener = localListener(t), localListener(t)
 	if err := cfg.Validate(); err != nil {
@@ -221,6 +225,17 @@ func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
 		code, _ := get("http://" + cfg.HTTPListener.Addr().String() + "/readyz")
 		return code == http.StatusOK
 	})
+	return cfg, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
+	cfg, stop := runWithCertFiles(t)
+	defer stop()
 	conn, err := tls.Dial("tcp", cfg.WebhookListener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) // only checks which certificate is served
 	if err != nil {
 		t.Fatal(err)
@@ -229,9 +244,60 @@ func TestRunWithCertFilesAndNoLeaderElection(t *testing.T) {
 		t.Errorf("served certificate for %v", got)
 	}
 	_ = conn.Close()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+}
+
+// TestWebhookCutsOffSlowClients: a client that never finishes its TLS
+// handshake, its headers or its body loses the connection after
+// --webhook-request-timeout (tiny here), not after minutes or never.
+func TestWebhookCutsOffSlowClients(t *testing.T) {
+	cfg, stop := runWithCertFiles(t, "--webhook-request-timeout=200ms")
+	defer stop()
+	addr := cfg.WebhookListener.Addr().String()
+	dialTLS := func(t *testing.T) net.Conn {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	tests := map[string]func(t *testing.T) net.Conn{
+		"no TLS handshake": func(t *testing.T) net.Conn {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return conn
+		},
+		"unfinished headers": func(t *testing.T) net.Conn {
+			conn := dialTLS(t)
+			if _, err := io.WriteString(conn, "POST /validate HTTP/1.1\r\nHost: webhook.example\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			return conn
+		},
+		"unfinished body": func(t *testing.T) net.Conn {
+			conn := dialTLS(t)
+			if _, err := io.WriteString(conn, "POST /validate HTTP/1.1\r\nHost: webhook.example\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"kind\":"); err != nil {
+				t.Fatal(err)
+			}
+			return conn
+		},
+	}
+	for name, open := range tests {
+		t.Run(name, func(t *testing.T) {
+			conn := open(t)
+			defer func() { _ = conn.Close() }()
+			// Far above the server's timeout, far below "never".
+			if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, err := io.Copy(io.Discard, conn)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the server still holds the connection after %v", time.Since(start))
+			}
+		})
 	}
 }
 

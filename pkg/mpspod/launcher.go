@@ -37,6 +37,8 @@ const Component = "mps-control-daemon"
 // e.g. the driver root with the control program and its libraries.
 type Mount struct {
 	HostPath, Path string
+	// ReadOnly mounts it read-only, e.g. the driver root.
+	ReadOnly bool
 }
 
 // Options configure a Launcher.
@@ -58,6 +60,9 @@ type Options struct {
 	Owner *metav1.OwnerReference
 	// PriorityClassName of the pods, e.g. system-node-critical.
 	PriorityClassName string
+	// ServiceAccountName of the pods: one without permissions (no token
+	// is mounted either); empty means the namespace's default.
+	ServiceAccountName string
 	// Mounts are bind-mounted into the daemon container besides its pipe
 	// and log directories.
 	Mounts []Mount
@@ -230,7 +235,7 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 		}})
 		// No mount propagation: a daemon starts when the driver already
 		// answers NVML, and propagation needs a shared host mount.
-		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
+		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Path, ReadOnly: m.ReadOnly})
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -248,6 +253,7 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 			HostPID:                       true,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			PriorityClassName:             l.opts.PriorityClassName,
+			ServiceAccountName:            l.opts.ServiceAccountName,
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](10),

@@ -87,8 +87,10 @@ type mpsState struct {
 	// nil when the plugin did not change it. It is recorded before the
 	// change.
 	RestoreComputeMode *int `json:"restoreComputeMode,omitempty"`
-	// PID is the daemon's PID when it was last started or adopted, for
-	// operators; the pid file in the pipe directory is what counts.
+	// PID is the daemon's PID when it was last started or adopted. It is
+	// what the plugin checks and signals: this file is the plugin's own,
+	// while the daemon's pid file lies in the pipe directory that clients
+	// see (daemonStatus).
 	PID int `json:"pid,omitempty"`
 }
 
@@ -164,6 +166,12 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	if err != nil {
 		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
 	}
+	for i := range edits.Mounts {
+		// Clients only connect to the daemon's sockets, which works on a
+		// read-only bind mount; they must not replace what the plugin and
+		// the daemon trust there (the control socket, the pid file).
+		edits.Mounts[i].ReadOnly = edits.Mounts[i].HostPath == host.pipe
+	}
 	if m.opts.ShmSize > 0 {
 		edits.Mounts = append(edits.Mounts, Mount{HostPath: host.shm, ContainerPath: containerShmDir})
 	}
@@ -200,7 +208,7 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	shares, added := addShare(st.Shares, share.ID)
 	st.Shares = shares
 
-	pid, running, responsive := m.daemonStatus(p)
+	pid, running, responsive := m.daemonStatus(p, st.PID)
 	if responsive {
 		if added {
 			if err := writeState(p.state, &st); err != nil {
@@ -212,7 +220,7 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	}
 	if running {
 		logger.Info("MPS control daemon does not accept commands, stopping it", "pid", pid)
-		if err := m.stopDaemon(ctx, p); err != nil {
+		if err := m.stopDaemon(ctx, p, pid); err != nil {
 			return nil, err
 		}
 	}
@@ -342,7 +350,7 @@ func (m *MPSManager) Release(ctx context.Context, dev DeviceRef, shareID string)
 // recorded for the next try.
 func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 	p := m.paths(st.UUID)
-	if err := m.stopDaemon(ctx, p); err != nil {
+	if err := m.stopDaemon(ctx, p, st.PID); err != nil {
 		if wErr := writeState(p.state, st); wErr != nil {
 			return errors.Join(err, wErr)
 		}
@@ -401,7 +409,7 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 			// that runs without state (it cannot be restored).
 			if _, err := os.Stat(p.pipe); err == nil {
 				logger.Info("Removing MPS pipe directory without state", "dir", p.pipe)
-				if err := m.stopDaemon(ctx, p); err != nil {
+				if err := m.stopDaemon(ctx, p, 0); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -483,7 +491,7 @@ func (m *MPSManager) reconcileDevice(ctx context.Context, uuid string, live []st
 		return nil
 	}
 	st.Shares = live
-	pid, running, responsive := m.daemonStatus(p)
+	pid, running, responsive := m.daemonStatus(p, st.PID)
 	if responsive {
 		st.PID = pid
 		logger.Info("Adopted running MPS control daemon", "pid", pid, "shares", len(live))
@@ -491,7 +499,7 @@ func (m *MPSManager) reconcileDevice(ctx context.Context, uuid string, live []st
 	}
 	if running {
 		logger.Info("MPS control daemon does not accept commands, stopping it", "pid", pid)
-		if err := m.stopDaemon(ctx, p); err != nil {
+		if err := m.stopDaemon(ctx, p, pid); err != nil {
 			return err
 		}
 	}

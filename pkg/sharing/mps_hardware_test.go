@@ -60,7 +60,7 @@ func TestMPSRealControlDaemon(t *testing.T) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	p := mgr.paths(uuid)
-	pid, running, responsive := mgr.daemonStatus(p)
+	pid, running, responsive := mgr.daemonStatus(p, 0)
 	if !responsive {
 		t.Fatalf("daemon pid %d running %v responsive %v", pid, running, responsive)
 	}
@@ -83,7 +83,7 @@ func TestMPSRealControlDaemon(t *testing.T) {
 	if err := mgr2.Reconcile(ctx, []ShareRef{{Device: dev, ID: "a"}}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	if pid2, _, _ := mgr2.daemonStatus(p); pid2 != pid {
+	if pid2, _, _ := mgr2.daemonStatus(p, 0); pid2 != pid {
 		t.Errorf("daemon %d replaced by %d; want it adopted", pid, pid2)
 	}
 	if err := mgr2.Release(ctx, dev, "a"); err != nil {

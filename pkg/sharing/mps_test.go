@@ -100,7 +100,7 @@ func newMPSTest(t *testing.T, machine string, opts MPSOptions) *mpsTest {
 	mt := &mpsTest{sim: newSim(t, machine), dir: dir}
 	t.Cleanup(func() {
 		for _, name := range dirEntries(t, dir) {
-			if pid := daemonPID(filepath.Join(dir, name)); pid > 0 && mt.mgr.isControlProcess(pid) {
+			if pid := daemonPID(filepath.Join(dir, name)); pid > 0 && mt.mgr.isControlProcess(pid, filepath.Join(dir, name, "pipe")) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
@@ -142,7 +142,7 @@ func (mt *mpsTest) release(t *testing.T, dev DeviceRef, share string) {
 
 // pid is the PID of the device's running daemon; 0 when none runs.
 func (mt *mpsTest) pid(dev DeviceRef) int {
-	pid, running, _ := mt.mgr.daemonStatus(mt.mgr.paths(dev.UUID))
+	pid, running, _ := mt.mgr.daemonStatus(mt.mgr.paths(dev.UUID), 0)
 	if !running {
 		return 0
 	}
@@ -263,7 +263,10 @@ func TestMPSLifecycle(t *testing.T) {
 				"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=12288M",
 				"CUDA_MPS_CLIENT_PRIORITY=1",
 			},
-			Mounts: []Mount{{HostPath: pipeDir, ContainerPath: "/tmp/nvidia-mps"}},
+			// Read-only: clients connect to sockets there but must not
+			// replace what the plugin and daemon trust (the pid file, the
+			// control socket).
+			Mounts: []Mount{{HostPath: pipeDir, ContainerPath: "/tmp/nvidia-mps", ReadOnly: true}},
 		},
 	}
 	if diff := cmp.Diff(want, res); diff != "" {

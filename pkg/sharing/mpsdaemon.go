@@ -51,19 +51,29 @@ func pathsIn(dir string) devicePaths {
 }
 
 // daemonStatus reports the control daemon of a pipe directory: its PID (0
-// when the pid file is missing), whether that process is running and is a
-// control daemon, and whether its control socket accepts connections.
-func (m *MPSManager) daemonStatus(p devicePaths) (pid int, running, responsive bool) {
-	data, err := os.ReadFile(filepath.Join(p.pipe, pidFileName))
-	if err != nil {
-		return 0, false, false
+// when none is known), whether that process is running and is this
+// directory's control daemon, and whether its control socket accepts
+// connections. known is the PID the plugin recorded in its own state (0:
+// none); the pid file the daemon writes is only a fallback, for a daemon
+// the plugin has not recorded yet. Neither is trusted blindly: the process
+// must be the control daemon of this very pipe directory (isControlProcess),
+// so a forged pid file never makes the plugin signal another process, e.g.
+// another GPU's daemon.
+func (m *MPSManager) daemonStatus(p devicePaths, known int) (pid int, running, responsive bool) {
+	candidates := []int{known}
+	if data, err := os.ReadFile(filepath.Join(p.pipe, pidFileName)); err == nil {
+		if filePID, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			candidates = append(candidates, filePID)
+		}
 	}
-	pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
-		return 0, false, false
+	for _, c := range candidates {
+		if c > 0 && processRunning(c) && m.isControlProcess(c, p.pipe) {
+			pid, running = c, true
+			break
+		}
 	}
-	if !processRunning(pid) || !m.isControlProcess(pid) {
-		return pid, false, false
+	if !running {
+		return 0, false, false
 	}
 	conn, err := net.DialTimeout("unix", filepath.Join(p.pipe, controlSocketName), time.Second)
 	if err != nil {
@@ -73,16 +83,24 @@ func (m *MPSManager) daemonStatus(p devicePaths) (pid int, running, responsive b
 	return pid, true, true
 }
 
-// isControlProcess reports whether process pid runs the control binary, so
-// that a PID reused by another process after a reboot is never signalled.
+// isControlProcess reports whether process pid is the control daemon of
+// pipeDir: it runs the control binary (a PID reused after a reboot is not)
+// and its environment names pipeDir (the daemon of another device is not).
 // Without /proc it trusts the PID.
-func (m *MPSManager) isControlProcess(pid int) bool {
+func (m *MPSManager) isControlProcess(pid int, pipeDir string) bool {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist) || !procMounted()
 	}
 	argv0, _, _ := strings.Cut(string(data), "\x00")
-	return filepath.Base(argv0) == filepath.Base(m.opts.ControlBinary)
+	if filepath.Base(argv0) != filepath.Base(m.opts.ControlBinary) {
+		return false
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	return slices.Contains(strings.Split(string(environ), "\x00"), envMPSPipeDirectory+"="+pipeDir)
 }
 
 func procMounted() bool {
@@ -173,7 +191,7 @@ func (m *MPSManager) startDaemon(ctx context.Context, dev DeviceRef, p devicePat
 	inspector, _ := m.opts.Launcher.(DaemonInspector)
 	var status string
 	for next := time.Now(); err == nil; {
-		pid, running, responsive := m.daemonStatus(p)
+		pid, running, responsive := m.daemonStatus(p, 0)
 		if responsive {
 			return pid, nil
 		}
@@ -247,10 +265,11 @@ func (m *MPSManager) control(ctx context.Context, p devicePaths, command string)
 	return output, nil
 }
 
-// stopDaemon stops the device's daemon (see terminate) and has the launcher
-// remove what it leaves. A daemon that is not running is not an error.
-func (m *MPSManager) stopDaemon(ctx context.Context, p devicePaths) error {
-	if err := m.terminate(ctx, p); err != nil {
+// stopDaemon stops the device's daemon (see terminate; known is its
+// recorded PID, 0 if none) and has the launcher remove what it leaves. A
+// daemon that is not running is not an error.
+func (m *MPSManager) stopDaemon(ctx context.Context, p devicePaths, known int) error {
+	if err := m.terminate(ctx, p, known); err != nil {
 		return err
 	}
 	return m.opts.Launcher.Cleanup(ctx, m.daemon(DeviceRef{}, p))
@@ -258,9 +277,9 @@ func (m *MPSManager) stopDaemon(ctx context.Context, p devicePaths) error {
 
 // terminate makes the device's daemon exit: `quit`, then SIGTERM and
 // SIGKILL.
-func (m *MPSManager) terminate(ctx context.Context, p devicePaths) error {
+func (m *MPSManager) terminate(ctx context.Context, p devicePaths, known int) error {
 	logger := klog.FromContext(ctx)
-	pid, running, _ := m.daemonStatus(p)
+	pid, running, _ := m.daemonStatus(p, known)
 	if !running {
 		return nil
 	}

@@ -36,13 +36,29 @@ func Handler(reg metrics.KubeRegistry) http.Handler {
 	return metrics.HandlerFor(reg, metrics.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Serve serves reg on MetricsPath at addr (e.g. ":9400") until ctx is
-// canceled, then shuts the server down gracefully. It returns once the
-// listener failed or the server stopped; a failed listen is an error.
-func Serve(ctx context.Context, addr string, reg metrics.KubeRegistry) error {
+// Server timeouts: a scrape reads a few hundred bytes and writes at most a
+// few megabytes; slower or stalled clients are disconnected instead of
+// holding connections. Variables for tests.
+var (
+	readHeaderTimeout = 10 * time.Second
+	requestTimeout    = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
+const maxHeaderBytes = 64 << 10
+
+// Serve serves reg on MetricsPath, and the extra handlers on their paths,
+// at addr (e.g. ":9400", or "127.0.0.1:9400" for a sidecar that
+// authenticates scrapes) until ctx is canceled, then shuts the server down
+// gracefully. It returns once the listener failed or the server stopped; a
+// failed listen is an error.
+func Serve(ctx context.Context, addr string, reg metrics.KubeRegistry, extra map[string]http.Handler) error {
 	mux := http.NewServeMux()
 	mux.Handle(MetricsPath, Handler(reg))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
+	srv := newServer(mux)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
@@ -61,4 +77,15 @@ func Serve(ctx context.Context, addr string, reg metrics.KubeRegistry) error {
 		return fmt.Errorf("stop metrics server: %w", err)
 	}
 	return nil
+}
+
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       requestTimeout,
+		WriteTimeout:      requestTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
 }

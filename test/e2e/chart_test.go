@@ -23,7 +23,8 @@ var chartValueSets = map[string][]string{
 	"defaults":    nil,
 	"simulated":   {"--set", "simulate=dgxh100", "--set", "kubeletDir=/tmp/gdd/kubelet"},
 	"host-driver": {"--set", "driverRoot=/"},
-	"minimal":     {"--set", "controller.enabled=false,validatingAdmissionPolicy.enabled=false,deviceClasses.create=false,extendedResourceName="},
+	"minimal": {"--set", "controller.enabled=false,validatingAdmissionPolicy.enabled=false,validatingAdmissionPolicy.acknowledgeUnrestrictedNodePlugins=true," +
+		"deviceClasses.create=false,extendedResourceName="},
 	"cert-manager": {"--set", "controller.webhook.certManager.enabled=true,controller.webhook.certManager.secretName=tls," +
 		"controller.webhook.certManager.certificate=ns/cert,controller.modelDeviceClasses=true,controller.replicas=1"},
 	"node-groups": {"--set-json", `devicePolicy={"default":{"timeSlicing":{"maxShares":8}},"gpus":{"0":{"wholeGPU":false}},` +
@@ -31,10 +32,16 @@ var chartValueSets = map[string][]string{
 }
 
 // TestChart: `helm lint` is clean, and `helm template` output passes a
-// server-side dry run on the real API server for every value set.
+// server-side dry run on the real API server for every value set. Without
+// the admission policies the chart refuses to render unless told that the
+// node plugins are then unrestricted on purpose.
 func TestChart(t *testing.T) {
 	ctx := testContext(t)
 	helm(t, ctx, "lint", "--strict", chartDir())
+	out, err := exec.CommandContext(ctx, env.helm, "template", "e2e-dry-run", chartDir(), "--set", "validatingAdmissionPolicy.enabled=false").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "acknowledgeUnrestrictedNodePlugins=true") {
+		t.Errorf("validatingAdmissionPolicy.enabled=false renders (%v), want a failure naming the acknowledgement:\n%s", err, out)
+	}
 	for name, values := range chartValueSets {
 		t.Run(name, func(t *testing.T) {
 			out := helm(t, ctx, append([]string{"template", "e2e-dry-run", chartDir(), "-n", env.namespace}, values...)...)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod/mpspodtest"
 )
 
 // nodeNameExtra is the user extra a pod-bound service account token carries.
@@ -89,32 +91,59 @@ func TestCrossNodeSliceWriteDenied(t *testing.T) {
 }
 
 // TestMPSDaemonPodPolicy: the plugin's service account may create only MPS
-// control daemon pods, bound to its own node and running the driver's image
+// control daemon pods of exactly the launcher's shape, bound to its own node
 // (ValidatingAdmissionPolicy), and only in the driver's namespace (RBAC).
+// The launcher's real pod, resubmitted with the plugin's identity, is
+// admitted; each forbidden variant of it is denied with a message saying why.
 func TestMPSDaemonPodPolicy(t *testing.T) {
 	ctx := testContext(t)
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	image := pluginPod(t, ctx).Spec.Containers[0].Image
-	daemonPod := func(node, image string, labels map[string]string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-mps-", Labels: labels},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
-		}
-	}
-	daemon := map[string]string{"app.kubernetes.io/component": "mps-control-daemon"}
+	good := launcherPod(t, ctx)
 	own := pluginClient(t, env.node).CoreV1().Pods(env.namespace)
-	if _, err := own.Create(ctx, daemonPod(env.node, image, daemon), dryRun); err != nil {
-		t.Errorf("the plugin may not create an MPS daemon pod on its own node: %v", err)
+	if _, err := own.Create(ctx, good.DeepCopy(), dryRun); err != nil {
+		t.Fatalf("the plugin may not create the launcher's own MPS daemon pod: %v", err)
 	}
-	_, err := own.Create(ctx, daemonPod("some-other-node", image, daemon), dryRun)
+	other := good.DeepCopy()
+	other.Spec.NodeName = "some-other-node"
+	_, err := own.Create(ctx, other, dryRun)
 	expectDenied(t, err, "may only manage pods bound to its own node", "create a daemon pod on another node")
-	_, err = own.Create(ctx, daemonPod(env.node, "registry.example/miner:latest", daemon), dryRun)
-	expectDenied(t, err, "must run the driver's image", "create a daemon pod of another image")
-	_, err = own.Create(ctx, daemonPod(env.node, image, nil), dryRun)
-	expectDenied(t, err, "may only manage MPS control daemon pods", "create a pod that is no MPS daemon")
-	if _, err := pluginClient(t, env.node).CoreV1().Pods("default").Create(ctx, daemonPod(env.node, image, daemon), dryRun); !apierrors.IsForbidden(err) {
+	for name, v := range mpspodtest.ForbiddenVariants(good, env.pluginSA) {
+		t.Run(name, func(t *testing.T) {
+			pod := good.DeepCopy()
+			v.Mutate(pod)
+			_, err := own.Create(ctx, pod, dryRun)
+			expectDenied(t, err, v.Want, name)
+		})
+	}
+	if _, err := pluginClient(t, env.node).CoreV1().Pods("default").Create(ctx, good.DeepCopy(), dryRun); !apierrors.IsForbidden(err) {
 		t.Errorf("the plugin may create pods outside its namespace: %v", err)
 	}
+}
+
+// launcherPod is an MPS control daemon pod the plugin created (for a share
+// this test prepares), as the plugin would submit it again: without what the
+// API server filled in.
+func launcherPod(t *testing.T, ctx context.Context) *corev1.Pod {
+	t.Helper()
+	ns := newNamespace(t, ctx, "e2e-mps-policy")
+	claimTemplate(t, ctx, ns, "mps", resourceapi.ExactDeviceRequest{DeviceClassName: "mps." + driverName})
+	claimPod(t, ctx, ns, "mps", "mps")
+	pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=mps-control-daemon", FieldSelector: "spec.nodeName=" + env.node,
+	})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("no MPS control daemon pod on %s after preparing an MPS share: %v", env.node, err)
+	}
+	daemon := pods.Items[0]
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: daemon.GenerateName, Labels: daemon.Labels, Annotations: daemon.Annotations, OwnerReferences: daemon.OwnerReferences,
+		},
+		Spec: *daemon.Spec.DeepCopy(),
+	}
+	// The Priority admission plugin sets the priority from the class.
+	pod.Spec.Priority = nil
+	return pod
 }
 
 func expectDenied(t *testing.T, err error, message, what string) {

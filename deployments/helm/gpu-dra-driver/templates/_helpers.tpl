@@ -66,3 +66,28 @@ Argument: dict "root" $ "policy" <policy>.
 {{- end }}
 {{- toYaml $policy }}
 {{- end }}
+
+{{/* The service account of MPS control daemon pods: no token, no RBAC. */}}
+{{- define "gpu-dra-driver.mpsDaemonServiceAccount" -}}
+{{- printf "%s-mps-daemon" (include "gpu-dra-driver.fullname" .) }}
+{{- end }}
+
+{{/*
+The driver root as the plugin sees it (--driver-root) and on the host (--host-driver-root):
+MPS daemon pods mount the host one at the plugin's path. Returns a dict with keys path and host.
+*/}}
+{{- define "gpu-dra-driver.driverRootMount" -}}
+{{- if not .Values.simulate }}
+{{- toJson (dict "path" "/driver-root" "host" .Values.driverRoot) }}
+{{- else if .Values.simulateDriverRoot }}
+{{- toJson (dict "path" "/driver-root" "host" .Values.simulateDriverRoot) }}
+{{- else }}
+{{- $root := printf "%s/simulated-%s/driver-root" (include "gpu-dra-driver.pluginDataDir" .) .Values.simulate }}
+{{- toJson (dict "path" $root "host" $root) }}
+{{- end }}
+{{- end }}
+
+{{/* The MPS control program as the plugin (and so its daemon pods) see it (pkg/app mpsControl). */}}
+{{- define "gpu-dra-driver.mpsControl" -}}
+{{- if .Values.simulate }}/usr/bin/mps-control-sim{{ else }}/driver-root/usr/bin/nvidia-cuda-mps-control{{ end }}
+{{- end }}

@@ -1,0 +1,358 @@
+package mpspod
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod/mpspodtest"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
+)
+
+const (
+	release     = "rel"
+	chartImage  = "registry.example/gpu-dra-driver:v9"
+	pluginUser  = "system:serviceaccount:" + namespace + ":rel-gpu-dra-driver-kubelet-plugin"
+	daemonSA    = "rel-gpu-dra-driver-mps-daemon"
+	nodeNameKey = "authentication.kubernetes.io/node-name"
+)
+
+// TestDaemonPodPolicy evaluates the chart's MPS daemon pod admission policy
+// with the API server's own CEL compiler and validator: the pod this launcher
+// builds for the daemon a real MPSManager asks for is admitted; every variant
+// that would give a compromised node more than that pod (another service
+// account, a token, Secrets, other host paths, another command, ...) is
+// denied with a message that says why. test/e2e's TestMPSDaemonPodPolicy
+// does the same against a real API server.
+func TestDaemonPodPolicy(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values     []string
+		driverRoot Mount
+		control    string
+	}{
+		"host driver": {
+			driverRoot: Mount{HostPath: "/run/nvidia/driver", Path: "/driver-root", ReadOnly: true},
+			control:    "/driver-root/usr/bin/nvidia-cuda-mps-control",
+		},
+		"simulated": {
+			values:  []string{"--set", "simulate=dgxh100"},
+			control: "/usr/bin/mps-control-sim",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kubeletDir := shortTempDir(t)
+			dataDir := filepath.Join(kubeletDir, "plugins/gpu.dra.dev")
+			if tc.driverRoot.HostPath == "" {
+				root := filepath.Join(dataDir, "simulated-dgxh100/driver-root")
+				tc.driverRoot = Mount{HostPath: root, Path: root, ReadOnly: true}
+			}
+			policy := chartPolicy(t, append([]string{"--set", "kubeletDir=" + kubeletDir}, tc.values...)...)
+			validator := compilePolicy(t, policy)
+			pod := launcherPod(t, filepath.Join(dataDir, "mps"), tc.control, tc.driverRoot)
+			checkPolicy(t, validator, pod)
+		})
+	}
+}
+
+// checkPolicy runs the allowed pod and its forbidden variants through the
+// policy.
+func checkPolicy(t *testing.T, v *policy, good *corev1.Pod) {
+	if msg := admit(t, v, admission.Create, good, nodeUser(node)); msg != "" {
+		t.Fatalf("the launcher's pod is denied: %s\n%s", msg, toYAML(t, good))
+	}
+	if msg := admit(t, v, admission.Delete, good, nodeUser(node)); msg != "" {
+		t.Errorf("deleting the launcher's pod is denied: %s", msg)
+	}
+	if msg := admit(t, v, admission.Create, good, nodeUser("other-node")); !strings.Contains(msg, "own node") {
+		t.Errorf("a plugin of another node creates the pod: %q", msg)
+	}
+	if msg := admit(t, v, admission.Create, good, &user.DefaultInfo{Name: pluginUser}); !strings.Contains(msg, "own node") {
+		t.Errorf("a credential without node creates the pod: %q", msg)
+	}
+	variants := mpspodtest.ForbiddenVariants(good, "rel-gpu-dra-driver-kubelet-plugin")
+	// Variants a real API server refuses before the policy: it looks up
+	// the runtime class, it never admits ephemeral containers at create.
+	variants["a runtime class"] = mpspodtest.Variant{Mutate: func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }, Want: "runtime class"}
+	variants["an ephemeral container"] = mpspodtest.Variant{Mutate: func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}} }, Want: "exactly one container"}
+	variants["a path that climbs out"] = mpspodtest.Variant{Mutate: func(p *corev1.Pod) {
+		p.Spec.Volumes[0].HostPath.Path += "/../../../../../../var/lib/kubelet/pki/x/pipe"
+	}, Want: "only have hostPath volumes"}
+	for name, tc := range variants {
+		t.Run(name, func(t *testing.T) {
+			pod := good.DeepCopy()
+			tc.Mutate(pod)
+			msg := admit(t, v, admission.Create, pod, nodeUser(node))
+			switch {
+			case msg == "":
+				t.Errorf("admitted, want denied with %q", tc.Want)
+			case !strings.Contains(msg, tc.Want):
+				t.Errorf("denied with %q, want %q", msg, tc.Want)
+			}
+		})
+	}
+}
+
+func nodeUser(node string) user.Info {
+	return &user.DefaultInfo{Name: pluginUser, Extra: map[string][]string{nodeNameKey: {node}}}
+}
+
+// shortTempDir is a temporary directory with a short path: MPS sockets live
+// below it.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// helmTemplate renders the chart (only the template showOnly, if set) with
+// helm ($HELM or helm on PATH; hack/cluster builds one).
+func helmTemplate(t *testing.T, showOnly string, values ...string) (string, error) {
+	t.Helper()
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		var err error
+		if helm, err = exec.LookPath("helm"); err != nil {
+			t.Skip("SKIP: no helm ($HELM or on PATH) to render the chart's admission policy; hack/cluster/build.sh builds one")
+		}
+	}
+	args := append([]string{"template", release, "../../deployments/helm/gpu-dra-driver", "-n", namespace,
+		"--set", "image.repository=registry.example/gpu-dra-driver,image.tag=v9"}, values...)
+	if showOnly != "" {
+		args = append(args, "--show-only", showOnly)
+	}
+	out, err := exec.Command(helm, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// chartPolicy is the chart's MPS daemon pod policy.
+func chartPolicy(t *testing.T, values ...string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	out, err := helmTemplate(t, "templates/validatingadmissionpolicy.yaml", values...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var vap admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := yaml.UnmarshalStrict([]byte(doc), &vap); err != nil || vap.Kind != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		if strings.HasSuffix(vap.Name, "-mps-daemon-pods") {
+			return &vap
+		}
+	}
+	t.Fatalf("the chart renders no MPS daemon pod policy:\n%s", out)
+	return nil
+}
+
+// TestChartRefusesUnrestrictedNodePlugins: without the admission policies
+// the plugin's RBAC lets any node write every node's slices and create any
+// pod, so the chart installs like that only when told it is on purpose.
+func TestChartRefusesUnrestrictedNodePlugins(t *testing.T) {
+	out, err := helmTemplate(t, "", "--set", "validatingAdmissionPolicy.enabled=false")
+	if err == nil || !strings.Contains(out, "validatingAdmissionPolicy.acknowledgeUnrestrictedNodePlugins=true") {
+		t.Errorf("validatingAdmissionPolicy.enabled=false renders (%v), want a failure naming the acknowledgement:\n%s", err, out)
+	}
+	if _, err := helmTemplate(t, "", "--set", "validatingAdmissionPolicy.enabled=false,validatingAdmissionPolicy.acknowledgeUnrestrictedNodePlugins=true"); err != nil {
+		t.Errorf("acknowledged: %v", err)
+	}
+}
+
+// policy is a compiled ValidatingAdmissionPolicy.
+type policy struct {
+	spec                  *admissionregistrationv1.ValidatingAdmissionPolicy
+	match                 matchconditions.Matcher
+	validations, messages plugincel.ConditionEvaluator
+}
+
+// compilePolicy compiles a policy as the API server's ValidatingAdmissionPolicy
+// plugin does (validating.compilePolicy, whose package would pull its
+// tracing dependencies into go.mod): variables composited, an authorizer
+// declared, new expressions (the strict checks for a policy being created).
+func compilePolicy(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy) *policy {
+	t.Helper()
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	var named []plugincel.NamedExpressionAccessor
+	for _, v := range p.Spec.Variables {
+		named = append(named, &expression{name: v.Name, expr: v.Expression, types: []*cel.Type{cel.AnyType, cel.DynType}})
+	}
+	compiler.CompileAndStoreVariables(named, vars, environment.NewExpressions)
+	var conds []plugincel.ExpressionAccessor
+	for i := range p.Spec.MatchConditions {
+		conds = append(conds, ptr.To(matchconditions.MatchCondition(p.Spec.MatchConditions[i])))
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		validations[i] = &expression{expr: v.Expression, types: []*cel.Type{cel.BoolType}}
+		messages[i] = &expression{expr: cmp.Or(v.MessageExpression, "''"), types: []*cel.Type{cel.StringType}}
+	}
+	pol := &policy{
+		spec:        p,
+		match:       matchconditions.NewMatcher(compiler.CompileCondition(conds, vars, environment.NewExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name),
+		validations: compiler.CompileCondition(validations, vars, environment.NewExpressions),
+		messages:    compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{}, environment.NewExpressions),
+	}
+	for _, errs := range [][]error{pol.validations.CompilationErrors(), pol.messages.CompilationErrors()} {
+		for _, err := range errs {
+			t.Errorf("policy %s: %v", p.Name, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return pol
+}
+
+// expression is a CEL expression of a policy, named for variables.
+type expression struct {
+	name, expr string
+	types      []*cel.Type
+}
+
+func (e *expression) GetExpression() string    { return e.expr }
+func (e *expression) ReturnTypes() []*cel.Type { return e.types }
+func (e *expression) GetName() string          { return e.name }
+
+// admit returns "" when the policy admits the operation on pod by u, else
+// the message of the first validation that failed, the one the API server
+// reports. An evaluation error fails the test: under failurePolicy Fail it
+// would deny with an unreadable message.
+func admit(t *testing.T, p *policy, op admission.Operation, pod *corev1.Pod, u user.Info) string {
+	t.Helper()
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	obj, old := runtime.Object(pod), runtime.Object(nil)
+	if op == admission.Delete {
+		obj, old = nil, pod
+	}
+	attrs := admission.NewAttributesRecord(obj, old, gvk, pod.Namespace, pod.Name, gvr, "", op, nil, false, u)
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
+	ctx := context.Background()
+	if m := p.match.Match(ctx, versioned, nil, nil); m.Error != nil || !m.Matches {
+		t.Fatalf("policy does not match the plugin's request: %+v", m)
+	}
+	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(gvr), metav1.GroupVersionKind(gvk))
+	results, _, err := p.validations.ForInput(ctx, versioned, request, plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	messages, _, err := p.messages.ForInput(ctx, versioned, request, plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []string
+	for i, r := range results {
+		switch {
+		case r.Error != nil:
+			t.Errorf("validation %d: evaluation error: %v", i, r.Error)
+		case r.EvalResult != types.True:
+			msg := p.spec.Spec.Validations[i].Message
+			if s, ok := messages[i].EvalResult.Value().(string); ok && s != "" {
+				msg = s
+			}
+			denied = append(denied, msg)
+		}
+	}
+	if len(denied) == 0 {
+		return ""
+	}
+	return denied[0]
+}
+
+// launcherPod is the pod the launcher creates for the daemon a real
+// MPSManager asks for, with the plugin's options as pkg/app sets them from
+// the chart's arguments.
+func launcherPod(t *testing.T, mpsDir, control string, driverRoot Mount) *corev1.Pod {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	l, err := New(Options{
+		Client: fake.NewClientset(), Namespace: namespace, NodeName: node, DriverName: "gpu.dra.dev",
+		Image: chartImage, Owner: owner, PriorityClassName: "system-node-critical", ServiceAccountName: daemonSA,
+		Mounts: []Mount{driverRoot},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capture := &capturingLauncher{Launcher: l}
+	m, err := sharing.NewMPSManager(sharing.MPSOptions{
+		Dir: mpsDir, ControlBinary: control, ComputeModes: noComputeModes{}, Launcher: capture, ShmSize: 1 << 20,
+		Env: []string{"LD_LIBRARY_PATH=" + filepath.Join(driverRoot.Path, "usr/lib/x86_64-linux-gnu")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Mounting the shared memory tmpfs needs root; the pod is what counts.
+	_, err = m.Acquire(ctx, sharing.DeviceRef{UUID: "GPU-0c2a8e3f-1d2b-4c5e-9f00-123456789abc"}, sharing.MPSShare{ID: "claim"})
+	if capture.pod == nil {
+		t.Fatalf("the manager launched no daemon: %v", err)
+	}
+	return capture.pod
+}
+
+// capturingLauncher records the pod the launcher would create and fails the
+// launch.
+type capturingLauncher struct {
+	*Launcher
+	pod *corev1.Pod
+}
+
+func (c *capturingLauncher) Launch(_ context.Context, d sharing.Daemon) error {
+	c.pod = c.Launcher.pod(d)
+	c.pod.Name = c.pod.GenerateName + "x"
+	return errors.New("captured")
+}
+
+type noComputeModes struct{}
+
+func (noComputeModes) ComputeMode(context.Context, string) (nvml.ComputeMode, error) {
+	return 0, sharing.ErrNotSupported
+}
+
+func (noComputeModes) SetComputeMode(context.Context, string, nvml.ComputeMode) error {
+	return sharing.ErrNotSupported
+}
+
+func toYAML(t *testing.T, obj any) string {
+	t.Helper()
+	out, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
