@@ -221,8 +221,7 @@ func withRandomSteps(steps []step, n int) []step {
 
 func simInstances(t *testing.T, dirs plugintest.Dirs, gpu int) []nvmlsim.GpuInstanceState {
 	t.Helper()
-	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
-		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

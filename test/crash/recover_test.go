@@ -22,7 +22,6 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 // TestRecoveryCrash kills the plugin at each step of its own recovery (a
@@ -203,8 +202,7 @@ func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
 // starts, and returns the GPU instance ID.
 func createStaticMIG(t *testing.T, dirs plugintest.Dirs, gpu int) uint32 {
 	t.Helper()
-	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
-		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,8 +335,7 @@ func TestRestartWithLostGPU(t *testing.T) {
 
 func setGPULost(t *testing.T, dirs plugintest.Dirs, gpu int, lost bool) {
 	t.Helper()
-	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
-		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,7 @@ func migClaim(name, profile string) *resourceapi.ResourceClaim {
 // left it, to check what exists on the "hardware".
 func simState(t *testing.T, dirs plugintest.Dirs) *nvmlsim.Machine {
 	t.Helper()
-	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
-		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
+	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
