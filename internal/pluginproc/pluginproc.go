@@ -81,6 +81,54 @@ var ErrExited = errors.New("plugin exited before it registered")
 // empty), and waits up to timeout for it to register with the kubelet
 // stand-in. The plugin's output is appended to the root's plugin.log.
 func Start(dirs plugintest.Dirs, crashAt string, timeout time.Duration) (*Child, error) {
+	c, err := spawn(dirs, crashAt)
+	if err != nil {
+		return nil, err
+	}
+	// An early exit (a crash in recovery, a failing start) ends the wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	k, err := kubeletstandin.Register(ctx, dirs.Registrar, timeout)
+	if err != nil {
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("%w (%v)", ErrExited, c.err)
+		default:
+		}
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return nil, fmt.Errorf("plugin did not register: %w", err)
+	}
+	c.Kubelet = k
+	return c, nil
+}
+
+// StartKilledAfter starts the plugin like Start and kills it with SIGKILL
+// after d wherever it is, usually in its start-up recovery. It reports
+// whether the plugin had exited by itself before.
+func StartKilledAfter(dirs plugintest.Dirs, crashAt string, d time.Duration) (bool, error) {
+	c, err := spawn(dirs, crashAt)
+	if err != nil {
+		return false, err
+	}
+	select {
+	case <-c.done:
+		return true, nil
+	case <-time.After(d):
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-c.done
+		return false, nil
+	}
+}
+
+func spawn(dirs plugintest.Dirs, crashAt string) (*Child, error) {
 	_ = os.RemoveAll(dirs.Registrar)
 	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
 		return nil, err
@@ -101,28 +149,6 @@ func Start(dirs plugintest.Dirs, crashAt string, timeout time.Duration) (*Child,
 		c.err = cmd.Wait()
 		close(c.done)
 	}()
-	// An early exit (a crash in recovery, a failing start) ends the wait.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	k, err := kubeletstandin.Register(ctx, dirs.Registrar, timeout)
-	if err != nil {
-		select {
-		case <-c.done:
-			return nil, fmt.Errorf("%w (%v)", ErrExited, c.err)
-		default:
-		}
-		_ = cmd.Process.Kill()
-		<-c.done
-		return nil, fmt.Errorf("plugin did not register: %w", err)
-	}
-	c.Kubelet = k
 	return c, nil
 }
 
