@@ -278,11 +278,19 @@ func (r *run) start() {
 	if len(failed) > 0 {
 		r.violate("crash loop: the plugin did not start %d times before it served: %s", len(failed), strings.Join(failed, "; "))
 	}
+	// The scheduler allocates from what this plugin publishes.
+	published, err := readSlices(r.dirs.Root, r.child.Pid(), startTimeout)
+	if err != nil {
+		r.violate("%v", err)
+	} else {
+		r.cluster.Slices = published
+	}
 	r.unpublished = map[int]bool{}
 	for g := range r.lost {
 		r.unpublished[g] = true
 	}
 	r.nvmlArmed = map[int]bool{}
+	r.t.Logf("op %d: plugin %d serves, dies at %q; faults before: %v", r.ops, r.child.Pid(), r.armed, r.recent)
 	for _, v := range r.check(true) {
 		r.violate("after restart: %s", v)
 	}
@@ -384,6 +392,10 @@ func (r *run) fileFaultEnabled(fault string) bool {
 
 // step runs one step of the campaign: operations, with or without a fault.
 func (r *run) step() {
+	if r.armed != "" && r.rng.IntN(5) > 0 {
+		r.batch(false) // mostly let the plugin reach its fault point first
+		return
+	}
 	switch x := r.rng.IntN(100); {
 	case x < 62:
 		r.batch(false)

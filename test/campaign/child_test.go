@@ -1,19 +1,25 @@
 package campaign
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
@@ -29,6 +35,7 @@ import (
 const (
 	claimsDir   = "claims"
 	controlFile = "nvml-control.json"
+	slicesFile  = "slices.json"
 	mpsControl  = "mps-control-sim"
 )
 
@@ -74,6 +81,7 @@ func runChild(root string) error {
 		return true, claim, json.Unmarshal(data, claim)
 	})
 	cfg.KubeClient = client
+	go mirrorSlices(root, client)
 	cfg.FaultHook = pluginproc.KillAt(root, pluginproc.CrashAt())
 	cfg.SimulationHook = func(m *nvmlsim.Machine) { go obeyControl(root, m) }
 	return pluginproc.Serve(cfg)
@@ -107,4 +115,62 @@ func obeyControl(root string, m *nvmlsim.Machine) {
 		}
 		_ = os.Remove(path) // the acknowledgement
 	}
+}
+
+// publishedSlices is what the plugin published, as the scheduler sees it.
+type publishedSlices struct {
+	PID    int                         `json:"pid"`
+	Slices []resourceapi.ResourceSlice `json:"slices"`
+}
+
+// mirrorSlices writes the ResourceSlices the plugin published to its fake
+// API server into slicesFile whenever they change, so the campaign
+// allocates from what this plugin instance publishes.
+func mirrorSlices(root string, client kubernetes.Interface) {
+	var last []byte
+	for range time.Tick(20 * time.Millisecond) {
+		list, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		slices.SortFunc(list.Items, func(a, b resourceapi.ResourceSlice) int { return strings.Compare(a.Name, b.Name) })
+		data, err := json.Marshal(publishedSlices{PID: os.Getpid(), Slices: list.Items})
+		if err != nil || bytes.Equal(data, last) {
+			continue
+		}
+		path := filepath.Join(root, slicesFile)
+		if os.WriteFile(path+".tmp", data, 0o644) == nil && os.Rename(path+".tmp", path) == nil {
+			last = data
+		}
+	}
+}
+
+// readSlices waits for a complete set of slices published by process pid:
+// every slice of the newest pool generation, as many as the pool counts.
+func readSlices(root string, pid int, timeout time.Duration) ([]*resourceapi.ResourceSlice, error) {
+	deadline := time.Now().Add(timeout)
+	for ; time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		data, err := os.ReadFile(filepath.Join(root, slicesFile))
+		if err != nil {
+			continue
+		}
+		var p publishedSlices
+		if err := json.Unmarshal(data, &p); err != nil || p.PID != pid || len(p.Slices) == 0 {
+			continue
+		}
+		var gen int64
+		for _, s := range p.Slices {
+			gen = max(gen, s.Spec.Pool.Generation)
+		}
+		var out []*resourceapi.ResourceSlice
+		for i := range p.Slices {
+			if p.Slices[i].Spec.Pool.Generation == gen {
+				out = append(out, &p.Slices[i])
+			}
+		}
+		if int64(len(out)) == out[0].Spec.Pool.ResourceSliceCount {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("plugin %d published no complete set of ResourceSlices within %v", pid, timeout)
 }
