@@ -154,6 +154,8 @@ type run struct {
 	// lost are the GPUs lost now; unpublished those lost when the running
 	// plugin started (it does not publish their devices).
 	lost, unpublished map[int]bool
+	// published are the devices the running plugin publishes.
+	published map[string]bool
 	// nvmlArmed are the GPUs with injected NVML errors (-1: any).
 	nvmlArmed map[int]bool
 	// recent are the faults since the last restart, for reports.
@@ -261,7 +263,7 @@ func (r *run) start() {
 			r.child = c
 			break
 		}
-		if r.takeHit() {
+		if r.takeHit() != "" {
 			r.armed = "" // it died at its fault point in recovery
 			continue
 		}
@@ -284,6 +286,12 @@ func (r *run) start() {
 		r.violate("%v", err)
 	} else {
 		r.cluster.Slices = published
+		r.published = map[string]bool{}
+		for _, sl := range published {
+			for _, d := range sl.Spec.Devices {
+				r.published[d.Name] = true
+			}
+		}
 	}
 	r.unpublished = map[int]bool{}
 	for g := range r.lost {
@@ -311,14 +319,15 @@ func (r *run) restoreOffline() {
 	r.lost = map[int]bool{}
 }
 
-// takeHit counts the fault point a plugin died at, if it did.
-func (r *run) takeHit() bool {
+// takeHit counts the fault point a plugin died at, if it did, and
+// returns it.
+func (r *run) takeHit() string {
 	p, ok := pluginproc.TakeHit(r.dirs)
 	if ok {
 		r.hits[p]++
 		r.fault("kill-at-point", "@"+p)
 	}
-	return ok
+	return p
 }
 
 // canary prepares a fresh claim right after a restart: it must succeed.
@@ -469,11 +478,19 @@ func (r *run) nvmlError() {
 // prepares it again (gated, open bug: re-prepare with a changed
 // allocation).
 func (r *run) reallocate() {
+	// Best a claim the plugin completed although the kubelet saw the
+	// prepare fail (cut off after the completion was recorded).
 	var c *claim
+	cp, err := checkpoint.NewFileStore(checkpointPath(r.dirs)).Load(ctxBackground())
+	if err != nil {
+		cp = checkpoint.New()
+	}
 	for _, cl := range r.sortedClaims() {
-		if cl.state == pendingPrepare {
+		if cl.state != pendingPrepare {
+			continue
+		}
+		if e, ok := cp.Get(cl.obj.UID); c == nil || (ok && e.State == checkpoint.PrepareCompleted) {
 			c = cl
-			break
 		}
 	}
 	if c == nil {

@@ -215,15 +215,17 @@ func (r *run) check(afterRestart bool) []string {
 		}
 	}
 	for kind, states := range map[string]map[string]shareState{"time-slicing": v.ts, "MPS": v.mps} {
-		for path, s := range states {
+		for _, s := range states {
 			for _, id := range s.Shares {
 				if r.claims[shareOwner(id)] == nil {
 					fail("leak: %s share %s on %s belongs to no live claim", kind, id, s.UUID)
 				}
 			}
-			if kind == "MPS" && len(s.Shares) == 0 && v.daemons[filepath.Dir(path)] {
-				fail("leak: MPS control daemon of %s runs without shares", s.UUID)
-			}
+		}
+	}
+	for dir := range v.daemons {
+		if s := v.mps[filepath.Join(dir, "state.json")]; len(s.Shares) == 0 {
+			fail("leak: an MPS control daemon runs in %s without shares", filepath.Base(dir))
 		}
 	}
 	for i, uuid := range r.uuids {

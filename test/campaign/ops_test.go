@@ -159,14 +159,15 @@ func (r *run) execute(actions []*action, randomKill bool) {
 	} else {
 		died = dead(r.child, 0)
 	}
+	hit := ""
 	if died {
-		r.takeHit()
+		hit = r.takeHit()
 	}
 	avoid := r.avoid()
 	for _, a := range actions {
 		r.ops++
 		c := a.c
-		excused := died || c.touches(avoid) || c.touches(r.nvmlArmed) || r.nvmlArmed[-1]
+		excused := died || c.touches(avoid) || c.touches(r.nvmlArmed) || r.nvmlArmed[-1] || !r.publishes(c)
 		switch {
 		case a.prepare && a.err == nil:
 			if c.state == prepared && !slices.Equal(a.ids, c.ids) {
@@ -193,8 +194,11 @@ func (r *run) execute(actions []*action, randomKill bool) {
 	if died {
 		r.child.Kill() // closes the kubelet's connection
 		r.child = nil
-		if r.rng.IntN(3) == 0 {
+		switch {
+		case r.rng.IntN(3) == 0:
 			r.down(fileFaults[r.rng.IntN(len(fileFaults))]) // what the crash left damaged
+		case strings.HasPrefix(hit, "prepare:") && r.bugs[bugDamagedCheckpointMidway]:
+			r.down(fileCheckpointCorrupt) // the checkpoint, with a claim half prepared
 		}
 		r.start()
 		return
@@ -207,7 +211,8 @@ func (r *run) execute(actions []*action, randomKill bool) {
 // finish unprepares every claim, as the kubelet does when all pods are
 // gone, and checks that the node is clean.
 func (r *run) finish() {
-	r.bugs = map[string]bool{} // no more faults: this is the promise's end state
+	// No more faults: this is the promise's end state.
+	r.bugs, r.calm = map[string]bool{}, true
 	if r.armed != "" || len(r.lost) > 0 {
 		r.restart("")
 	}
@@ -280,4 +285,16 @@ func (r *run) report() {
 			}
 		}
 	}
+}
+
+// publishes reports whether the running plugin publishes all the claim's
+// devices: one allocated before a restart may have lost a device to a
+// leaked MIG instance (reported as a leak), and then fails to prepare.
+func (r *run) publishes(c *claim) bool {
+	for _, d := range c.devices() {
+		if !r.published[d] {
+			return false
+		}
+	}
+	return true
 }
