@@ -56,4 +56,3 @@ func parseOpenBugs(v string) (map[string]bool, error) {
 	}
 	return on, nil
 }
-

@@ -123,4 +123,3 @@ func (r *run) reallocate() {
 	c.obj = out[0]
 	r.execute([]*action{{c: c, prepare: true}}, false)
 }
-
