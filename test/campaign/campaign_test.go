@@ -339,10 +339,8 @@ func (r *run) fileFaultEnabled(fault string) bool {
 		if e.State != checkpoint.PrepareCompleted && !r.bugs[bugDamagedCheckpointMidway] {
 			return false
 		}
-		for _, d := range e.Devices {
-			if d.Sharing != nil && !r.bugs[bugRebuiltShares] {
-				return false
-			}
+		if !r.bugs[bugRebuiltCheckpoint] {
+			return false
 		}
 	}
 	return true

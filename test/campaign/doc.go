@@ -77,8 +77,8 @@
 // a named switch of -open-bugs (default all, so the campaign fails until
 // they are fixed; -open-bugs=none leaves them out, a comma-separated list
 // enables some): see openBugs. The switches compose: a damaged checkpoint
-// while shares are prepared is rebuilt-shares, so damaged-checkpoint-midway
-// mostly fires together with it. When a bug is fixed, drop its switch.
+// while claims are prepared is rebuilt-checkpoint, so
+// damaged-checkpoint-midway fires only together with it. When a bug is fixed, drop its switch.
 //
 // A plugin that cannot start after four tries ends the campaign (the rest
 // would only repeat the crash loop); its violations are reported.

@@ -11,7 +11,7 @@ import (
 // on by default; -open-bugs=none runs the campaign without them.
 var openBugs = []string{
 	bugKillInRecovery, bugDamagedCheckpointMidway, bugLostGPUAtRestart,
-	bugReallocate, bugDeletedCheckpoint, bugRebuiltShares,
+	bugReallocate, bugDeletedCheckpoint, bugRebuiltCheckpoint,
 }
 
 const (
@@ -31,10 +31,13 @@ const (
 	// prepared claims are removed as orphans, the claims forgotten and
 	// their MIG instances leaked).
 	bugDeletedCheckpoint = "deleted-checkpoint"
-	// A damaged checkpoint while shares are prepared (found by this
-	// campaign: entries rebuilt from CDI specs lack the GPU UUID, so a
-	// later interrupted unprepare makes recovery fail: a crash loop).
-	bugRebuiltShares = "rebuilt-shares"
+	// A damaged checkpoint while claims are prepared (found by this
+	// campaign: entries rebuilt from CDI specs lack the GPU UUID and the
+	// sharing record, so a later interrupted unprepare of a share makes
+	// recovery fail, a crash loop; seen once: a rebuilt MIG claim whose
+	// spec is damaged later is not rewritten, "device ... is no longer
+	// present on this node").
+	bugRebuiltCheckpoint = "rebuilt-checkpoint"
 )
 
 // parseOpenBugs returns the enabled open-bug fault kinds.
