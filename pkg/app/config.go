@@ -91,6 +91,10 @@ type Config struct {
 	// FaultHook, when set, is called at each crash-relevant step of
 	// prepare/unprepare; crash tests kill the process from it.
 	FaultHook func(point string)
+	// SimulationHook, when set with Simulate, gets the simulated machine
+	// before NVML is initialized (fault campaigns inject NVML errors and
+	// lose GPUs through it while the plugin runs).
+	SimulationHook func(*nvmlsim.Machine)
 }
 
 // AddFlags registers the plugin's flags on fs.

@@ -60,6 +60,9 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 			return nil, fmt.Errorf("write simulated sysfs: %w", err)
 		}
 		hw.nvml, hw.sim = m, m
+		if cfg.SimulationHook != nil {
+			cfg.SimulationHook(m)
+		}
 		logger.Info("Using simulated GPUs (for demos and tests only)", "machine", cfg.Simulate, "driverRoot", hw.driverRoot)
 	}
 	if hw.hostDriverRoot == "" {

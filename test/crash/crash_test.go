@@ -8,14 +8,10 @@ package crash
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
@@ -38,25 +34,16 @@ const (
 	nodeName   = "node-1"
 	machine    = "dgxh100"
 
-	envChild   = "GPU_DRA_CRASH_CHILD_ROOT"
-	envCrashAt = "GPU_DRA_CRASH_AT"
 	claimsFile = "claims.json"
 )
 
-// TestMain doubles as the plugin process: with envChild set, the test
-// binary runs the plugin (pkg/app.Run) instead of the tests.
+// TestMain doubles as the plugin process (internal/pluginproc).
 func TestMain(m *testing.M) {
-	if root := os.Getenv(envChild); root != "" {
-		if err := runChild(root, os.Getenv(envCrashAt)); err != nil {
-			fmt.Fprintln(os.Stderr, "plugin:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	pluginproc.RunIfChild(runChild)
 	os.Exit(simnode.Main(m))
 }
 
-func runChild(root, crashAt string) error {
+func runChild(root string) error {
 	data, err := os.ReadFile(filepath.Join(root, claimsFile))
 	if err != nil {
 		return err
@@ -71,95 +58,34 @@ func runChild(root, crashAt string) error {
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)
-	cfg.FaultHook = func(point string) {
-		if point == crashAt {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // never return into the next step
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	return app.Run(ctx, cfg)
+	cfg.FaultHook = pluginproc.KillAt(root, pluginproc.CrashAt())
+	return pluginproc.Serve(cfg)
 }
 
-// childCommand runs the test binary as the plugin, killed at crashAt.
-func childCommand(dirs plugintest.Dirs, crashAt string) *exec.Cmd {
-	return childCommandOf(os.Args[0], dirs, crashAt)
-}
-
-// childCommandOf runs bin, a build of this package (possibly of another
-// release), as the plugin.
-func childCommandOf(bin string, dirs plugintest.Dirs, crashAt string) *exec.Cmd {
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+dirs.Root, envCrashAt+"="+crashAt)
-	return cmd
-}
-
-type child struct {
-	cmd     *exec.Cmd
-	kubelet *kubeletstandin.Kubelet
-	done    chan error
-}
-
-func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *child {
+func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *pluginproc.Child {
 	t.Helper()
 	return startChildOf(t, os.Args[0], dirs, crashAt)
 }
 
-// startChildOf starts bin as the plugin and registers with it.
-func startChildOf(t testing.TB, bin string, dirs plugintest.Dirs, crashAt string) *child {
+// startChildOf starts bin, a build of this package (possibly of another
+// release), as the plugin and registers with it.
+func startChildOf(t testing.TB, bin string, dirs plugintest.Dirs, crashAt string) *pluginproc.Child {
 	t.Helper()
-	_ = os.RemoveAll(dirs.Registrar)
-	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.OpenFile(filepath.Join(dirs.Root, "plugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c, err := pluginproc.StartBinary(bin, dirs, crashAt, 30*time.Second)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, pluginLog(dirs))
 	}
-	defer func() { _ = log.Close() }()
-	cmd := childCommandOf(bin, dirs, crashAt)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, done: make(chan error, 1)}
-	go func() { c.done <- cmd.Wait() }()
-	k, err := kubeletstandin.Register(context.Background(), dirs.Registrar, 30*time.Second)
-	if err != nil {
-		_ = cmd.Process.Kill()
-		<-c.done
-		t.Fatalf("plugin did not register: %v\n%s", err, pluginLog(dirs))
-	}
-	c.kubelet = k
 	return c
 }
 
-func (c *child) kill() {
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.done
-	_ = c.kubelet.Close()
-}
-
-func (c *child) stop(t testing.TB) {
+func stopChild(t testing.TB, c *pluginproc.Child) {
 	t.Helper()
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-c.done:
-		if err != nil {
-			t.Errorf("plugin exited with %v after SIGTERM", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("plugin ignored SIGTERM")
-		c.kill()
+	if err := c.Stop(); err != nil {
+		t.Error(err)
 	}
-	_ = c.kubelet.Close()
 }
 
-func pluginLog(dirs plugintest.Dirs) string {
-	data, _ := os.ReadFile(filepath.Join(dirs.Root, "plugin.log"))
-	return string(data)
-}
+func pluginLog(dirs plugintest.Dirs) string { return pluginproc.Log(dirs) }
 
 // step is one crash experiment: an operation and where it dies.
 type step struct {
@@ -221,7 +147,8 @@ func withRandomSteps(steps []step, n int) []step {
 
 func simInstances(t *testing.T, dirs plugintest.Dirs, gpu int) []nvmlsim.GpuInstanceState {
 	t.Helper()
-	m, err := dirs.SimState(machine, nodeName)
+	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
+		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,19 +183,19 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 		errc := make(chan error, 1)
 		go func() {
 			if s.prepare {
-				_, err := c.kubelet.PrepareOne(ctx, claim)
+				_, err := c.Kubelet.PrepareOne(ctx, claim)
 				errc <- err
 			} else {
-				errc <- c.kubelet.UnprepareOne(ctx, claim)
+				errc <- c.Kubelet.UnprepareOne(ctx, claim)
 			}
 		}()
 		if s.crashAt == "" {
 			time.Sleep(s.delay)
-			c.kill()
+			c.Kill()
 		} else {
 			select {
-			case <-c.done:
-				_ = c.kubelet.Close()
+			case <-c.Done():
+				_ = c.Kubelet.Close()
 			case <-time.After(30 * time.Second):
 				t.Fatalf("plugin did not crash at %s\n%s", s.crashAt, pluginLog(dirs))
 			}
@@ -279,7 +206,7 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 		checkConsistent(t, dirs, claim.UID)
 		// The kubelet retries the operation until it succeeds.
 		if s.prepare {
-			if _, err := c.kubelet.PrepareOne(ctx, claim); err != nil {
+			if _, err := c.Kubelet.PrepareOne(ctx, claim); err != nil {
 				t.Fatalf("step %d: prepare after restart: %v\n%s", i, err, pluginLog(dirs))
 			}
 			if !hasSpec(t, dirs, claim.UID) || !completed(t, dirs, claim.UID) {
@@ -287,7 +214,7 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 			}
 			checkHW(t, dirs, true)
 		} else {
-			if err := c.kubelet.UnprepareOne(ctx, claim); err != nil {
+			if err := c.Kubelet.UnprepareOne(ctx, claim); err != nil {
 				t.Fatalf("step %d: unprepare after restart: %v", i, err)
 			}
 			if hasSpec(t, dirs, claim.UID) || completed(t, dirs, claim.UID) {
@@ -296,7 +223,7 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 			checkHW(t, dirs, false)
 		}
 		checkConsistent(t, dirs, claim.UID)
-		c.stop(t)
+		stopChild(t, c)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
@@ -59,13 +59,13 @@ func TestRecoveryCrash(t *testing.T) {
 			dirs, kept, other := recoverySetup(t)
 			ctx := context.Background()
 			c := startChild(t, dirs, "")
-			if _, err := c.kubelet.PrepareOne(ctx, kept); err != nil {
+			if _, err := c.Kubelet.PrepareOne(ctx, kept); err != nil {
 				t.Fatalf("prepare: %v\n%s", err, pluginLog(dirs))
 			}
-			c.stop(t)
+			stopChild(t, c)
 			if tc.interrupt {
 				c := startChild(t, dirs, driver.FaultPrepareMIGCreated)
-				go func() { _, _ = c.kubelet.PrepareOne(ctx, other) }()
+				go func() { _, _ = c.Kubelet.PrepareOne(ctx, other) }()
 				waitDead(t, dirs, c, driver.FaultPrepareMIGCreated)
 			}
 			if tc.orphan {
@@ -79,7 +79,7 @@ func TestRecoveryCrash(t *testing.T) {
 			}
 
 			c = startChild(t, dirs, "")
-			defer c.stop(t)
+			defer stopChild(t, c)
 			for _, claim := range []*resourceapi.ResourceClaim{kept, other} {
 				checkConsistent(t, dirs, claim.UID)
 			}
@@ -103,13 +103,13 @@ func TestRecoveryCrash(t *testing.T) {
 			}
 			// Both claims work on: unprepare finds the rebuilt MIG
 			// instance, the rolled-back claim prepares afresh.
-			if err := c.kubelet.UnprepareOne(ctx, kept); err != nil {
+			if err := c.Kubelet.UnprepareOne(ctx, kept); err != nil {
 				t.Fatalf("unprepare after recovery: %v", err)
 			}
 			if insts := simInstances(t, dirs, 0); len(insts) != 0 {
 				t.Errorf("unprepare left MIG instances on GPU 0: %+v", insts)
 			}
-			if _, err := c.kubelet.PrepareOne(ctx, other); err != nil {
+			if _, err := c.Kubelet.PrepareOne(ctx, other); err != nil {
 				t.Fatalf("prepare of the rolled-back claim: %v\n%s", err, pluginLog(dirs))
 			}
 		})
@@ -144,17 +144,17 @@ func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
 			static := createStaticMIG(t, dirs, 2)
 			if tc.prepareFirst {
 				c := startChild(t, dirs, "")
-				if _, err := c.kubelet.PrepareOne(ctx, claim); err != nil {
+				if _, err := c.Kubelet.PrepareOne(ctx, claim); err != nil {
 					t.Fatalf("prepare: %v\n%s", err, pluginLog(dirs))
 				}
-				c.stop(t)
+				stopChild(t, c)
 			}
 			c := startChild(t, dirs, tc.crashAt)
 			go func() {
 				if tc.prepareFirst {
-					_ = c.kubelet.UnprepareOne(ctx, claim)
+					_ = c.Kubelet.UnprepareOne(ctx, claim)
 				} else {
-					_, _ = c.kubelet.PrepareOne(ctx, claim)
+					_, _ = c.Kubelet.PrepareOne(ctx, claim)
 				}
 			}()
 			waitDead(t, dirs, c, tc.crashAt)
@@ -167,7 +167,7 @@ func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
 			}
 
 			c = startChild(t, dirs, "")
-			defer c.stop(t)
+			defer stopChild(t, c)
 			want := 0
 			if tc.kept {
 				want = 1
@@ -185,10 +185,10 @@ func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
 				t.Errorf("MIG intents left: %v, want %d", intents, want)
 			}
 			// The dynamic device is published again and prepares.
-			if _, err := c.kubelet.PrepareOne(ctx, claim); err != nil {
+			if _, err := c.Kubelet.PrepareOne(ctx, claim); err != nil {
 				t.Fatalf("prepare after recovery: %v\n%s", err, pluginLog(dirs))
 			}
-			if err := c.kubelet.UnprepareOne(ctx, claim); err != nil {
+			if err := c.Kubelet.UnprepareOne(ctx, claim); err != nil {
 				t.Fatalf("unprepare after recovery: %v", err)
 			}
 			if insts := simInstances(t, dirs, 1); len(insts) != 0 {
@@ -246,36 +246,20 @@ func recoverySetup(t *testing.T) (plugintest.Dirs, *resourceapi.ResourceClaim, *
 
 // startCrashingChild starts a plugin that is expected to die at crashAt
 // before it registers (during recovery).
-func startCrashingChild(t *testing.T, dirs plugintest.Dirs, crashAt string) *child {
+func startCrashingChild(t *testing.T, dirs plugintest.Dirs, crashAt string) *pluginproc.Child {
 	t.Helper()
-	log, err := os.OpenFile(filepath.Join(dirs.Root, "plugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c, err := pluginproc.Spawn(dirs, crashAt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = log.Close() }()
-	c := &child{cmd: childCommand(dirs, crashAt), done: make(chan error, 1)}
-	c.cmd.Stdout, c.cmd.Stderr = log, log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.done <- c.cmd.Wait() }()
 	return c
 }
 
 // waitDead waits for the child to be killed at crashAt.
-func waitDead(t *testing.T, dirs plugintest.Dirs, c *child, crashAt string) {
+func waitDead(t *testing.T, dirs plugintest.Dirs, c *pluginproc.Child, crashAt string) {
 	t.Helper()
-	select {
-	case <-c.done:
-		if c.kubelet != nil {
-			_ = c.kubelet.Close()
-		}
-		if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("plugin exited with %v, want it killed at %s\n%s", c.cmd.ProcessState, crashAt, pluginLog(dirs))
-		}
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		t.Fatalf("plugin did not crash at %s\n%s", crashAt, pluginLog(dirs))
+	if err := c.WaitKilled(30 * time.Second); err != nil {
+		t.Fatalf("want the plugin killed at %s: %v\n%s", crashAt, err, pluginLog(dirs))
 	}
 }
 
@@ -308,27 +292,27 @@ func TestRestartWithLostGPU(t *testing.T) {
 	dirs, kept, stuck := recoverySetup(t)
 	ctx := context.Background()
 	c := startChild(t, dirs, driver.FaultPrepareMIGCreated)
-	go func() { _, _ = c.kubelet.PrepareOne(ctx, stuck) }()
+	go func() { _, _ = c.Kubelet.PrepareOne(ctx, stuck) }()
 	waitDead(t, dirs, c, driver.FaultPrepareMIGCreated)
 	setGPULost(t, dirs, 1, true)
 
 	c = startChild(t, dirs, "")
-	if _, err := c.kubelet.PrepareOne(ctx, kept); err != nil {
+	if _, err := c.Kubelet.PrepareOne(ctx, kept); err != nil {
 		t.Fatalf("prepare on a healthy GPU while GPU 1 is lost: %v\n%s", err, pluginLog(dirs))
 	}
-	if err := c.kubelet.UnprepareOne(ctx, stuck); err == nil {
+	if err := c.Kubelet.UnprepareOne(ctx, stuck); err == nil {
 		t.Errorf("unprepare of the claim on the lost GPU succeeded")
 	}
-	c.stop(t)
+	stopChild(t, c)
 
 	setGPULost(t, dirs, 1, false)
 	c = startChild(t, dirs, "")
-	defer c.stop(t)
+	defer stopChild(t, c)
 	checkConsistent(t, dirs, stuck.UID)
 	if insts := simInstances(t, dirs, 1); len(insts) != 0 {
 		t.Errorf("the stuck claim's MIG instance survived the rollback: %+v", insts)
 	}
-	if _, err := c.kubelet.PrepareOne(ctx, stuck); err != nil {
+	if _, err := c.Kubelet.PrepareOne(ctx, stuck); err != nil {
 		t.Fatalf("prepare once GPU 1 is back: %v", err)
 	}
 }

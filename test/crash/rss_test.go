@@ -25,12 +25,12 @@ func BenchmarkPluginRSS(b *testing.B) {
 			b.Fatal(err)
 		}
 		c := startChild(b, dirs, "")
-		kib, err := vmRSSKiB(c.cmd.Process.Pid)
+		kib, err := vmRSSKiB(c.Pid())
 		if err != nil {
 			b.Fatal(err)
 		}
 		rss = append(rss, float64(kib)/1024)
-		c.stop(b)
+		stopChild(b, c)
 	}
 	var sum float64
 	for _, r := range rss {
