@@ -223,18 +223,24 @@ func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	for _, m := range edits.Mounts {
 		cd.Mounts = append(cd.Mounts, cdi.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, ReadOnly: m.ReadOnly})
 	}
+	// Kept in the spec so a lost checkpoint can be rebuilt with what
+	// unprepare and the sharing managers need: the physical GPU (also when
+	// it is lost at the next start), the sharing record (a share's daemon
+	// or time-slice stays registered) and the MIG instance to destroy.
+	cd.Annotations = map[string]string{annotationGPU: gpuUUIDOf(pd)}
+	if pd.Sharing != nil {
+		data, err := json.Marshal(pd.Sharing)
+		if err != nil {
+			return cd, err
+		}
+		cd.Annotations[annotationSharing] = string(data)
+	}
 	if pd.MIG != nil {
-		// Kept in the spec so a lost checkpoint can be rebuilt with
-		// what unprepare needs to destroy the instance (and stop its
-		// MPS daemon first).
 		data, err := json.Marshal(pd.MIG)
 		if err != nil {
 			return cd, err
 		}
-		cd.Annotations = map[string]string{annotationMIG: string(data)}
-		if pd.Sharing != nil {
-			cd.Annotations[annotationSharing] = pd.Sharing.Strategy
-		}
+		cd.Annotations[annotationMIG] = string(data)
 		caps, err := mig.CapDeviceNodes(d.opts.DriverRoot, pub.GPU.Minor, pd.MIG.GIID, pd.MIG.CIID)
 		if err != nil {
 			return cd, fmt.Errorf("device %s: MIG capability nodes: %w", pd.Device, err)
@@ -244,9 +250,10 @@ func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	return cd, nil
 }
 
-// annotationMIG carries a MIG device's checkpoint record in its CDI spec,
-// annotationSharing the sharing strategy set up inside it.
+// Annotations of a device in its claim's CDI spec: the device's physical
+// GPU, and its MIG and sharing checkpoint records (JSON).
 const (
+	annotationGPU     = "gpu.dra.dev/gpu"
 	annotationMIG     = "gpu.dra.dev/mig"
 	annotationSharing = "gpu.dra.dev/sharing"
 )

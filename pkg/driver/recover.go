@@ -230,8 +230,16 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 					pd.MIG = &m
 				}
 			}
-			if strategy, ok := dev.Annotations[annotationSharing]; ok {
-				pd.Sharing = &checkpoint.Sharing{Strategy: strategy}
+			if data, ok := dev.Annotations[annotationSharing]; ok {
+				var sh checkpoint.Sharing
+				if err := json.Unmarshal([]byte(data), &sh); err == nil {
+					pd.Sharing = &sh
+				}
+			}
+			pd.GPUUUID = dev.Annotations[annotationGPU]
+			if pd.GPUUUID == "" && (pd.MIG != nil || len(pd.UUIDs) > 0) {
+				// A spec of an older release: MIG parent, or the GPU itself.
+				pd.GPUUUID = gpuUUIDOf(pd)
 			}
 			entry.Devices = append(entry.Devices, pd)
 		}
