@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,7 +137,7 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 	}
 	say("pod %s/bystander runs with another share of %s; its request has no toleration", HealthNamespace, res.GPU)
 
-	say("injecting XID %d into the simulated GPU %d: POST /simulate/event?gpu=%d&xid=%d on the plugin (API server pod proxy)", xid, res.Index, res.Index, xid)
+	say("injecting XID %d into the simulated GPU %d: POST /simulate/event?gpu=%d&xid=%d on the plugin", xid, res.Index, res.Index, xid)
 	start := time.Now()
 	if err := r.SimulateEvent(ctx, node, map[string]string{"gpu": strconv.Itoa(res.Index), "xid": strconv.Itoa(xid)}); err != nil {
 		return res, err
@@ -352,21 +354,16 @@ func (r *Runner) PluginPod(ctx context.Context, node string) (*corev1.Pod, error
 	return nil, fmt.Errorf("no running kubelet plugin pod on node %s", node)
 }
 
-// SimulateEvent POSTs /simulate/event with the query to the plugin on node, through
-// the API server's pod proxy (the plugin serves it on its metrics port under
-// --simulate): gpu=N&xid=X, or gpu=N&lost=true|false.
+// SimulateEvent POSTs /simulate/event with the query to the plugin on node
+// (the plugin serves it on its metrics port under --simulate): gpu=N&xid=X,
+// or gpu=N&lost=true|false.
 func (r *Runner) SimulateEvent(ctx context.Context, node string, query map[string]string) error {
-	req, target, err := r.pluginProxy(ctx, node, r.Cluster.Client.CoreV1().RESTClient().Post(), "simulate", "event")
-	if err != nil {
-		return err
-	}
+	q := url.Values{}
 	for k, v := range query {
-		req = req.Param(k, v)
+		q.Set(k, v)
 	}
-	if err := req.Do(ctx).Error(); err != nil {
-		return fmt.Errorf("POST /simulate/event on %s: %w", target, err)
-	}
-	return nil
+	_, err := r.pluginDo(ctx, node, http.MethodPost, "/simulate/event", q)
+	return err
 }
 
 // gpuTaints returns the taints of our key on the devices of GPU minor on node, and

@@ -70,11 +70,17 @@ type Config struct {
 	PodNamespace string
 
 	// Health: XIDs that change nothing, quiet time before a GPU is healthy
-	// again, taint effects per reason; MetricsAddress serves /metrics.
+	// again, taint effects per reason; MetricsAddress serves /metrics,
+	// guarded as MetricsAuth says (MetricsAuthNone, also when empty, or
+	// MetricsAuthDelegated),
+	// over HTTPS with MetricsCertFile and MetricsKeyFile when given.
 	IgnoredXIDs          string
 	HealthRecoveryWindow time.Duration
 	HealthTaintEffects   string
 	MetricsAddress       string
+	MetricsAuth          string
+	MetricsCertFile      string
+	MetricsKeyFile       string
 
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
@@ -96,6 +102,12 @@ type Config struct {
 	// lose GPUs through it while the plugin runs).
 	SimulationHook func(*nvmlsim.Machine)
 }
+
+// Values of --metrics-auth.
+const (
+	MetricsAuthNone      = "none"
+	MetricsAuthDelegated = "delegated"
+)
 
 // AddFlags registers the plugin's flags on fs.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
@@ -124,6 +136,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HealthRecoveryWindow, "health-recovery-window", 10*time.Minute, "Quiet time after the last critical event before an unhealthy GPU is untainted; a GPU reset recovers at once, a lost GPU only when it answers again.")
 	fs.StringVar(&c.HealthTaintEffects, "health-taint-effects", "", "Taint effect per reason, e.g. GPULost=NoExecute,XID79=NoExecute,XID48=NoSchedule; reasons not listed get NoSchedule. Empty: the defaults of docs/health.md.")
 	fs.StringVar(&c.MetricsAddress, "metrics-address", ":9400", "Address for Prometheus /metrics (and, in simulation, /simulate/event); empty disables it.")
+	fs.StringVar(&c.MetricsAuth, "metrics-auth", MetricsAuthNone, "Who may use the metrics address: "+MetricsAuthNone+" (anyone, plain HTTP unless --metrics-tls-cert-file is given), or "+MetricsAuthDelegated+
+		" (HTTPS; a bearer token the API server authenticates with a TokenReview, whose user may get the non-resource URL /metrics, or post /simulate/event, by a SubjectAccessReview; docs/telemetry.md).")
+	fs.StringVar(&c.MetricsCertFile, "metrics-tls-cert-file", "", "HTTPS serving certificate of the metrics address (with --metrics-tls-key-file); empty with --metrics-auth=delegated: a self-signed one generated at start.")
+	fs.StringVar(&c.MetricsKeyFile, "metrics-tls-key-file", "", "Private key of --metrics-tls-cert-file.")
 	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
@@ -170,6 +186,12 @@ func (c *Config) Validate() error {
 		if q := resource.MustParse(c.MPSShmSize); q.Sign() > 0 && c.MPSDaemonImage == "" {
 			return fmt.Errorf("--mps-shm-size needs --mps-daemon-image: a daemon run as the plugin's own process cannot see the tmpfs at /dev/shm")
 		}
+	}
+	if c.MetricsAuth != "" && c.MetricsAuth != MetricsAuthNone && c.MetricsAuth != MetricsAuthDelegated {
+		return fmt.Errorf("--metrics-auth=%q: want %s or %s", c.MetricsAuth, MetricsAuthNone, MetricsAuthDelegated)
+	}
+	if (c.MetricsCertFile == "") != (c.MetricsKeyFile == "") {
+		return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-key-file go together (got %q and %q)", c.MetricsCertFile, c.MetricsKeyFile)
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)

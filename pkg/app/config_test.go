@@ -28,6 +28,10 @@ func TestConfigValidate(t *testing.T) {
 		// ParseQuantity takes minutes on such exponents.
 		"shm size with an exponent": {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
 		"unknown machine":           {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
+		"metrics auth delegated":    {func(c *Config) { c.MetricsAuth = MetricsAuthDelegated }, ""},
+		"metrics auth unknown":      {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
+		"metrics cert without key":  {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
+		"metrics cert and key":      {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: DefaultDriverName}

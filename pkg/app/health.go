@@ -11,6 +11,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -66,10 +67,24 @@ func publishWithHealth(ctx context.Context, helper *kubeletplugin.Helper, mon *h
 	}
 }
 
+// metricsSecurity is how the metrics server guards itself, by
+// --metrics-auth and the TLS flags.
+func metricsSecurity(cfg *Config, client kubernetes.Interface) (telemetry.Security, error) {
+	sec := telemetry.Security{CertFile: cfg.MetricsCertFile, KeyFile: cfg.MetricsKeyFile}
+	if cfg.MetricsAuth == MetricsAuthDelegated {
+		auth, err := telemetry.DelegatedAuth(client)
+		if err != nil {
+			return sec, fmt.Errorf("--metrics-auth=%s: %w", MetricsAuthDelegated, err)
+		}
+		sec.Auth = auth
+	}
+	return sec, nil
+}
+
 // serveMetrics serves /metrics and, in simulation, /simulate/event, which
 // injects an NVML event into the simulated GPUs so demos can show a GPU
 // going unhealthy (POST /simulate/event?gpu=0&xid=79, or &lost=true).
-func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.KubeRegistry) {
+func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.KubeRegistry, sec telemetry.Security) {
 	extra := map[string]http.Handler{}
 	if hw.sim != nil {
 		extra["/simulate/event"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +116,7 @@ func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.Ku
 			}
 		})
 	}
-	if err := telemetry.Serve(ctx, cfg.MetricsAddress, reg, extra); err != nil {
+	if err := telemetry.Serve(ctx, cfg.MetricsAddress, reg, extra, sec); err != nil {
 		klog.FromContext(ctx).Error(err, "Metrics server", "address", cfg.MetricsAddress)
 	}
 }

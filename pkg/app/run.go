@@ -120,10 +120,14 @@ func Run(ctx context.Context, cfg *Config) error {
 	defer helper.Stop()
 	go publishWithHealth(ctx, helper, monitor, resources, drv.HealthDevices, cfg)
 	if cfg.MetricsAddress != "" {
+		sec, err := metricsSecurity(cfg, client)
+		if err != nil {
+			return err
+		}
 		collector := telemetry.NewCollector(telemetry.CollectorOptions{
 			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: gpus, Holders: drv, Health: monitor,
 		})
-		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector))
+		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(gpus))
 

@@ -2,14 +2,17 @@ package telemetry
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 )
@@ -47,23 +50,49 @@ var (
 
 const maxHeaderBytes = 64 << 10
 
+// Security says how the metrics server guards its paths. The zero value
+// serves plain HTTP to anyone.
+type Security struct {
+	// Auth, when set, guards every path (docs/security.md) and implies HTTPS:
+	// a bearer token must not cross the network in clear text.
+	Auth *Auth
+	// CertFile and KeyFile, when set, are the HTTPS serving certificate and
+	// key; with Auth and without them, a self-signed certificate is
+	// generated at start (scrapers then skip verification, as they do for
+	// kubelets' self-signed certificates).
+	CertFile, KeyFile string
+}
+
 // Serve serves reg on MetricsPath, and the extra handlers on their paths,
 // at addr (e.g. ":9400", or "127.0.0.1:9400" for a sidecar that
 // authenticates scrapes) until ctx is canceled, then shuts the server down
 // gracefully. It returns once the listener failed or the server stopped; a
-// failed listen is an error.
-func Serve(ctx context.Context, addr string, reg metrics.KubeRegistry, extra map[string]http.Handler) error {
+// failed listen or unusable certificate is an error.
+func Serve(ctx context.Context, addr string, reg metrics.KubeRegistry, extra map[string]http.Handler, sec Security) error {
 	mux := http.NewServeMux()
 	mux.Handle(MetricsPath, Handler(reg))
 	for path, h := range extra {
 		mux.Handle(path, h)
 	}
-	srv := newServer(mux)
+	var h http.Handler = mux
+	if sec.Auth != nil {
+		h = sec.Auth.Wrap(mux)
+	}
+	srv := newServer(h)
+	tlsConfig, err := sec.tlsConfig(addr)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
 	}
-	klog.FromContext(ctx).Info("Serving metrics", "address", ln.Addr().String(), "path", MetricsPath)
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	klog.FromContext(ctx).Info("Serving metrics", "address", ln.Addr().String(), "path", MetricsPath, "scheme", scheme, "authenticated", sec.Auth != nil)
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(ln) }()
 	select {
@@ -88,4 +117,49 @@ func newServer(h http.Handler) *http.Server {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
+}
+
+// tlsConfig returns the HTTPS configuration sec asks for, nil for plain
+// HTTP.
+func (sec Security) tlsConfig(addr string) (*tls.Config, error) {
+	var pair tls.Certificate
+	var err error
+	switch {
+	case (sec.CertFile == "") != (sec.KeyFile == ""):
+		return nil, fmt.Errorf("metrics TLS: give both a certificate file and a key file, or neither (certificate %q, key %q)", sec.CertFile, sec.KeyFile)
+	case sec.CertFile != "":
+		if pair, err = tls.LoadX509KeyPair(sec.CertFile, sec.KeyFile); err != nil {
+			return nil, fmt.Errorf("metrics TLS: load %s and %s: %w", sec.CertFile, sec.KeyFile, err)
+		}
+	case sec.Auth != nil:
+		if pair, err = selfSignedCert(addr); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, nil
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// selfSignedCert generates a serving certificate for addr's host (the
+// host name when addr has none), signed by a CA made for it.
+func selfSignedCert(addr string) (tls.Certificate, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("metrics address %q: %w", addr, err)
+	}
+	if host == "" {
+		if host, err = os.Hostname(); err != nil {
+			return tls.Certificate{}, fmt.Errorf("metrics TLS: host name for the self-signed certificate: %w", err)
+		}
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, nil, nil)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("metrics TLS: generate a self-signed certificate for %s: %w", host, err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("metrics TLS: self-signed certificate: %w", err)
+	}
+	return pair, nil
 }

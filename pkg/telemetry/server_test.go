@@ -13,7 +13,7 @@ import (
 func TestServeStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errCh := make(chan error, 1)
-	go func() { errCh <- Serve(ctx, "127.0.0.1:0", NewRegistry(NewDriverMetrics(""), nil), nil) }()
+	go func() { errCh <- Serve(ctx, "127.0.0.1:0", NewRegistry(NewDriverMetrics(""), nil), nil, Security{}) }()
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	select {
@@ -24,7 +24,7 @@ func TestServeStopsWithContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return after cancel")
 	}
-	if err := Serve(context.Background(), "127.0.0.1:-1", NewRegistry(nil, nil), nil); err == nil {
+	if err := Serve(context.Background(), "127.0.0.1:-1", NewRegistry(nil, nil), nil, Security{}); err == nil {
 		t.Error("Serve on an invalid address: no error")
 	}
 }
