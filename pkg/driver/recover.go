@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -237,6 +238,9 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 				}
 			}
 			pd.GPUUUID = dev.Annotations[annotationGPU]
+			if nodes := dev.Annotations[annotationDeviceNodes]; nodes != "" {
+				pd.DeviceNodes = strings.Split(nodes, ",")
+			}
 			if pd.GPUUUID == "" && (pd.MIG != nil || len(pd.UUIDs) > 0) {
 				// A spec of an older release: MIG parent, or the GPU itself.
 				pd.GPUUUID = gpuUUIDOf(pd)

@@ -76,3 +76,86 @@ func TestRebuildKeepsShare(t *testing.T) {
 		t.Errorf("rebuilt checkpoint holds %d claims, want 1", cp.Len())
 	}
 }
+
+// A prepared claim's CDI spec corrupted or deleted while the plugin is down
+// is written again at start also when the claim's GPU is lost at that start
+// (the device is not published): the checkpoint records the device nodes.
+// A checkpoint then rebuilt from that rewritten spec, with the GPU still
+// lost, keeps the claim and can write its spec again.
+func TestRewriteSpecOfLostGPU(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(path string) error
+	}{
+		{"corrupt", func(path string) error { return os.WriteFile(path, []byte(`{"cdiVersion": "0.6.0", "kind": `), 0o644) }},
+		{"deleted", os.Remove},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dirs, _, claims, start := setupClaims(t,
+				at.Claim("mig", at.Exactly("mig", "mig."+driverName, 1,
+					`device.attributes["gpu.dra.dev"].parentMinor == 0`, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`)),
+				at.Claim("whole", at.Exactly("gpus", driverName, 1, `device.attributes["gpu.dra.dev"].minor == 1`)))
+			p := start()
+			ids := map[string][]string{}
+			for _, name := range []string{"mig", "whole"} {
+				got, err := p.Kubelet.PrepareOne(ctx, claims[name])
+				if err != nil {
+					t.Fatalf("prepare %s: %v", name, err)
+				}
+				ids[name] = got
+			}
+			_ = p.Stop()
+
+			sim, err := dirs.SimState(machine, nodeName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, gpu := range []int{0, 1} {
+				if err := sim.SetGPULost(gpu, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			damage := func(rm func(string) error) {
+				t.Helper()
+				for _, name := range []string{"mig", "whole"} {
+					files := specFiles(t, dirs.CDI, claims[name])
+					if len(files) != 1 {
+						t.Fatalf("claim %s has spec files %v, want one", name, files)
+					}
+					if err := rm(files[0]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			check := func(when string) {
+				t.Helper()
+				for _, name := range []string{"mig", "whole"} {
+					if files := specFiles(t, dirs.CDI, claims[name]); len(files) != 1 {
+						t.Fatalf("%s: claim %s has spec files %v, want one", when, name, files)
+					}
+					if spec := inject(t, dirs.CDI, ids[name]); len(devicePaths(spec)) == 0 {
+						t.Errorf("%s: claim %s's rewritten spec gives no device nodes", when, name)
+					}
+				}
+			}
+
+			damage(tc.damage)
+			p = start()
+			_ = p.Stop()
+			check("after restart with a damaged spec")
+
+			// Now lose the checkpoint and damage the specs again: the
+			// rebuilt checkpoint must still know how to write them.
+			if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+				t.Fatal(err)
+			}
+			p = start()
+			_ = p.Stop()
+			damage(tc.damage)
+			p = start()
+			defer func() { _ = p.Stop() }()
+			check("after rebuilding the checkpoint and damaging the specs again")
+		})
+	}
+}
