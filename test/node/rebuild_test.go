@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 // A checkpoint rebuilt from the CDI specs keeps an MPS share's daemon, also
@@ -157,5 +159,67 @@ func TestRewriteSpecOfLostGPU(t *testing.T) {
 			defer func() { _ = p.Stop() }()
 			check("after rebuilding the checkpoint and damaging the specs again")
 		})
+	}
+}
+
+// A GPU whose MPS daemon is stopped at start while the GPU is lost (its
+// share is gone: checkpoint and spec deleted) cannot get its compute mode
+// back then; once the GPU is back, the next kubelet call finishes the
+// teardown instead of leaving it in EXCLUSIVE_PROCESS without shares.
+func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
+	ctx := context.Background()
+	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
+	}}
+	dirs, _, claims, _ := setupClaims(t, at.Claim("share", r))
+	control, err := plugintest.BuildMPSControl(dirs.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dirs.Config(machine, nodeName)
+	cfg.MPSControl = control
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["share"])
+	p, err := plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Kubelet.PrepareOne(ctx, claims["share"]); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Stop()
+
+	if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range specFiles(t, dirs.CDI, claims["share"]) {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sim, err := dirs.SimState(machine, nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetGPULost(0, true); err != nil {
+		t.Fatal(err)
+	}
+	var live *nvmlsim.Machine
+	cfg.SimulationHook = func(m *nvmlsim.Machine) { live = m }
+	p, err = plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	if err := live.SetGPULost(0, false); err != nil {
+		t.Fatal(err)
+	}
+	// Any call: the kubelet unprepares the claim it still thinks prepared.
+	if err := p.Kubelet.UnprepareOne(ctx, claims["share"]); err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := simState(t, dirs).DeviceGetHandleByIndex(0)
+	if mode, ret := dev.GetComputeMode(); ret != nvml.SUCCESS || mode != nvml.COMPUTEMODE_DEFAULT {
+		t.Errorf("compute mode of GPU 0 without MPS shares = %v (%v), want DEFAULT", mode, ret)
 	}
 }
