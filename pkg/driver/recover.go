@@ -78,7 +78,9 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 	d.missingSpecs = nil
 	for uid, entry := range d.cp.All() {
-		if !haveSpec[uid] && foreignEntry(entry) == nil {
+		// Only a completed claim has a spec: one left in another state
+		// (its rollback failed, the GPU is lost) is retried by the kubelet.
+		if !haveSpec[uid] && foreignEntry(entry) == nil && entry.State == checkpoint.PrepareCompleted {
 			d.missingSpecs = append(d.missingSpecs, uid)
 		}
 	}
