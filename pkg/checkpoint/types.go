@@ -93,6 +93,10 @@ type PreparedDevice struct {
 	// CDIDeviceIDs are the fully qualified CDI device IDs returned to the
 	// kubelet for this device.
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// DeviceNodes are the device nodes the claim's CDI spec gives the
+	// container for this device (the GPU's node, MIG capability nodes), so
+	// the spec can be written again while the GPU cannot be reached.
+	DeviceNodes []string `json:"deviceNodes,omitempty"`
 	// MIG describes the MIG instance behind a DeviceKindMIG device.
 	MIG *MigInstance `json:"mig,omitempty"`
 	// Sharing describes how the device is shared, if it is.

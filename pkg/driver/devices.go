@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -207,13 +209,20 @@ func (d *Driver) handle(uuid string) (nvml.Device, error) {
 // containerEdits is what a container gets for one prepared device.
 func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, error) {
 	pub, ok := d.devices[pd.Device]
-	if !ok {
+	if !ok && len(pd.DeviceNodes) == 0 {
 		return cdi.ClaimDevice{}, fmt.Errorf("device %s is no longer present on this node", pd.Device)
 	}
 	cd := cdi.ClaimDevice{
 		Name: pd.Device, Request: pd.Request, Pool: pd.Pool, Device: pd.Device,
 		ShareID: pd.ShareID, Kind: pd.Kind, UUIDs: pd.UUIDs,
-		DeviceNodes: []string{pub.GPU.DeviceNode()},
+	}
+	if ok {
+		cd.DeviceNodes = []string{pub.GPU.DeviceNode()}
+	} else {
+		// The GPU is not published at this start (lost, in reset): the
+		// nodes recorded when the claim was prepared still name it, and a
+		// prepared claim must keep a spec its containers can start with.
+		cd.DeviceNodes = slices.Clone(pd.DeviceNodes)
 	}
 	edits, err := shareEdits(pd)
 	if err != nil {
@@ -241,12 +250,15 @@ func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 			return cd, err
 		}
 		cd.Annotations[annotationMIG] = string(data)
-		caps, err := mig.CapDeviceNodes(d.opts.DriverRoot, pub.GPU.Minor, pd.MIG.GIID, pd.MIG.CIID)
-		if err != nil {
-			return cd, fmt.Errorf("device %s: MIG capability nodes: %w", pd.Device, err)
+		if ok {
+			caps, err := mig.CapDeviceNodes(d.opts.DriverRoot, pub.GPU.Minor, pd.MIG.GIID, pd.MIG.CIID)
+			if err != nil {
+				return cd, fmt.Errorf("device %s: MIG capability nodes: %w", pd.Device, err)
+			}
+			cd.DeviceNodes = append(cd.DeviceNodes, caps...)
 		}
-		cd.DeviceNodes = append(cd.DeviceNodes, caps...)
 	}
+	cd.Annotations[annotationDeviceNodes] = strings.Join(cd.DeviceNodes, ",")
 	return cd, nil
 }
 
@@ -256,6 +268,9 @@ const (
 	annotationGPU     = "gpu.dra.dev/gpu"
 	annotationMIG     = "gpu.dra.dev/mig"
 	annotationSharing = "gpu.dra.dev/sharing"
+	// annotationDeviceNodes lists the device's nodes (comma-separated), so
+	// a rebuilt checkpoint can write the spec again while the GPU is lost.
+	annotationDeviceNodes = "gpu.dra.dev/device-nodes"
 )
 
 // gpuUUIDOf is the physical GPU a recorded device belongs to.

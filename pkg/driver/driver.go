@@ -151,6 +151,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		result[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
 	}
+	d.finishTeardowns(ctx)
 	return result, nil
 }
 
@@ -168,6 +169,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			result[claim.UID] = nil
 		}
 	}
+	d.finishTeardowns(ctx)
 	return result, nil
 }
 

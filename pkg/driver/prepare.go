@@ -208,11 +208,12 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 // writeCDI writes the claim's CDI spec and records the returned IDs.
 func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	devices := make([]cdi.ClaimDevice, 0, len(entry.Devices))
-	for _, pd := range entry.Devices {
+	for i, pd := range entry.Devices {
 		cd, err := d.containerEdits(pd)
 		if err != nil {
 			return err
 		}
+		entry.Devices[i].DeviceNodes = slices.Clone(cd.DeviceNodes)
 		devices = append(devices, cd)
 	}
 	ids, err := d.opts.CDI.WriteClaimSpec(ctx, cdi.ClaimInfo{UID: entry.UID, Namespace: entry.Namespace, Name: entry.Name}, devices)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -77,7 +78,9 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 	d.missingSpecs = nil
 	for uid, entry := range d.cp.All() {
-		if !haveSpec[uid] && foreignEntry(entry) == nil {
+		// Only a completed claim has a spec: one left in another state
+		// (its rollback failed, the GPU is lost) is retried by the kubelet.
+		if !haveSpec[uid] && foreignEntry(entry) == nil && entry.State == checkpoint.PrepareCompleted {
 			d.missingSpecs = append(d.missingSpecs, uid)
 		}
 	}
@@ -237,6 +240,9 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 				}
 			}
 			pd.GPUUUID = dev.Annotations[annotationGPU]
+			if nodes := dev.Annotations[annotationDeviceNodes]; nodes != "" {
+				pd.DeviceNodes = strings.Split(nodes, ",")
+			}
 			if pd.GPUUUID == "" && (pd.MIG != nil || len(pd.UUIDs) > 0) {
 				// A spec of an older release: MIG parent, or the GPU itself.
 				pd.GPUUUID = gpuUUIDOf(pd)

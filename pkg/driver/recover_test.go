@@ -109,3 +109,42 @@ func unprepareOne(t *testing.T, d *Driver, claim *resourceapi.ResourceClaim) err
 	}
 	return res[claim.UID]
 }
+
+// A claim whose unprepare was cut off after its CDI spec was removed, on a
+// GPU lost at restart, stays UnprepareStarted for the kubelet's retry; it
+// gets no spec again (a spec exists only for completed claims), although
+// the recorded device nodes would allow writing one.
+func TestRecoveryWritesNoSpecForUnprepare(t *testing.T) {
+	var hook func(string)
+	opts, node := testOptions(t, Options{FaultHook: func(p string) {
+		if hook != nil {
+			hook(p)
+		}
+	}})
+	d := startTestDriver(t, opts, node)
+	claim := allocated("leaving", []string{firstDynamicMIG(t, d, 0)})
+	if err := prepareOne(t, d, claim); err != nil {
+		t.Fatal(err)
+	}
+	crashAt(t, FaultUnprepareCDIGone, func(h func(string)) {
+		hook = h
+		_ = unprepareOne(t, d, claim)
+	})
+	hook = nil
+	if err := node.Machine.SetGPULost(0, true); err != nil {
+		t.Fatal(err)
+	}
+
+	d = startTestDriver(t, opts, node)
+	got := d.PreparedClaims()
+	if len(got) != 1 || got[0].State != checkpoint.UnprepareStarted {
+		t.Fatalf("checkpoint = %+v, want the claim kept in UnprepareStarted", got)
+	}
+	specs, err := opts.CDI.ListClaimSpecs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 0 {
+		t.Errorf("CDI specs after restart = %+v, want none for a claim being unprepared", specs)
+	}
+}

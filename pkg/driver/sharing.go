@@ -28,6 +28,7 @@ type MPS interface {
 	Acquire(ctx context.Context, dev sharing.DeviceRef, share sharing.MPSShare) (*sharing.Result, error)
 	Release(ctx context.Context, dev sharing.DeviceRef, shareID string) error
 	Reconcile(ctx context.Context, live []sharing.ShareRef) error
+	FinishTeardowns(ctx context.Context) error
 }
 
 // shareInput is what acquiring a share needs beyond its checkpoint record.
@@ -198,6 +199,17 @@ func (d *Driver) reconcileShares(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// finishTeardowns retries what releasing shares left undone (a GPU lost
+// then, back now). Failures stay recorded by the manager for the next try.
+func (d *Driver) finishTeardowns(ctx context.Context) {
+	if d.opts.MPS == nil {
+		return
+	}
+	if err := d.opts.MPS.FinishTeardowns(ctx); err != nil {
+		klog.FromContext(ctx).V(2).Info("MPS teardown still pending", "err", err)
+	}
 }
 
 // liveShares are the checkpoint's time-slicing and MPS shares.

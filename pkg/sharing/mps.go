@@ -458,6 +458,46 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 	return errors.Join(errs...)
 }
 
+// FinishTeardowns retries the teardowns that could not finish: a device
+// whose last share is gone but whose compute mode could not be restored
+// (the GPU was lost when its last share was released, or when a restart
+// found it without shares). Without a retry such a GPU stays in
+// EXCLUSIVE_PROCESS after it is back until the next share or restart.
+func (m *MPSManager) FinishTeardowns(ctx context.Context) error {
+	entries, err := os.ReadDir(m.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("MPS: list %s: %w", m.opts.Dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		var peek mpsState
+		found, err := readState(pathsIn(filepath.Join(m.opts.Dir, e.Name())).state, &peek)
+		if err != nil || !found || len(peek.Shares) > 0 || e.Name() != dirName(peek.UUID) {
+			continue
+		}
+		if err := m.finishTeardown(ctx, peek.UUID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *MPSManager) finishTeardown(ctx context.Context, uuid string) error {
+	unlock := m.locks.lock(uuid)
+	defer unlock()
+	p := m.paths(uuid)
+	var st mpsState
+	found, err := readState(p.state, &st)
+	if err != nil || !found || len(st.Shares) > 0 {
+		return err // a share came meanwhile: nothing to finish
+	}
+	if err := m.teardown(ctx, &st); err != nil {
+		return fmt.Errorf("finish MPS teardown of %s: %w", uuid, err)
+	}
+	klog.FromContext(ctx).Info("Finished MPS teardown of a device without shares", "device", uuid)
+	return nil
+}
+
 // devicesInUse are the names of the device directories that have state: the
 // devices whose daemons should run.
 func (m *MPSManager) devicesInUse() []string {

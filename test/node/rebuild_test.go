@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 // A checkpoint rebuilt from the CDI specs keeps an MPS share's daemon, also
@@ -74,5 +76,150 @@ func TestRebuildKeepsShare(t *testing.T) {
 	}
 	if cp.Len() != 1 {
 		t.Errorf("rebuilt checkpoint holds %d claims, want 1", cp.Len())
+	}
+}
+
+// A prepared claim's CDI spec corrupted or deleted while the plugin is down
+// is written again at start also when the claim's GPU is lost at that start
+// (the device is not published): the checkpoint records the device nodes.
+// A checkpoint then rebuilt from that rewritten spec, with the GPU still
+// lost, keeps the claim and can write its spec again.
+func TestRewriteSpecOfLostGPU(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(path string) error
+	}{
+		{"corrupt", func(path string) error { return os.WriteFile(path, []byte(`{"cdiVersion": "0.6.0", "kind": `), 0o644) }},
+		{"deleted", os.Remove},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dirs, _, claims, start := setupClaims(t,
+				at.Claim("mig", at.Exactly("mig", "mig."+driverName, 1,
+					`device.attributes["gpu.dra.dev"].parentMinor == 0`, `device.attributes["gpu.dra.dev"].profile == "1g.10gb"`)),
+				at.Claim("whole", at.Exactly("gpus", driverName, 1, `device.attributes["gpu.dra.dev"].minor == 1`)))
+			p := start()
+			ids := map[string][]string{}
+			for _, name := range []string{"mig", "whole"} {
+				got, err := p.Kubelet.PrepareOne(ctx, claims[name])
+				if err != nil {
+					t.Fatalf("prepare %s: %v", name, err)
+				}
+				ids[name] = got
+			}
+			_ = p.Stop()
+
+			sim, err := dirs.SimState(machine, nodeName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, gpu := range []int{0, 1} {
+				if err := sim.SetGPULost(gpu, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			damage := func(rm func(string) error) {
+				t.Helper()
+				for _, name := range []string{"mig", "whole"} {
+					files := specFiles(t, dirs.CDI, claims[name])
+					if len(files) != 1 {
+						t.Fatalf("claim %s has spec files %v, want one", name, files)
+					}
+					if err := rm(files[0]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			check := func(when string) {
+				t.Helper()
+				for _, name := range []string{"mig", "whole"} {
+					if files := specFiles(t, dirs.CDI, claims[name]); len(files) != 1 {
+						t.Fatalf("%s: claim %s has spec files %v, want one", when, name, files)
+					}
+					if spec := inject(t, dirs.CDI, ids[name]); len(devicePaths(spec)) == 0 {
+						t.Errorf("%s: claim %s's rewritten spec gives no device nodes", when, name)
+					}
+				}
+			}
+
+			damage(tc.damage)
+			p = start()
+			_ = p.Stop()
+			check("after restart with a damaged spec")
+
+			// Now lose the checkpoint and damage the specs again: the
+			// rebuilt checkpoint must still know how to write them.
+			if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+				t.Fatal(err)
+			}
+			p = start()
+			_ = p.Stop()
+			damage(tc.damage)
+			p = start()
+			defer func() { _ = p.Stop() }()
+			check("after rebuilding the checkpoint and damaging the specs again")
+		})
+	}
+}
+
+// A GPU whose MPS daemon is stopped at start while the GPU is lost (its
+// share is gone: checkpoint and spec deleted) cannot get its compute mode
+// back then; once the GPU is back, the next kubelet call finishes the
+// teardown instead of leaving it in EXCLUSIVE_PROCESS without shares.
+func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
+	ctx := context.Background()
+	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
+	}}
+	dirs, _, claims, _ := setupClaims(t, at.Claim("share", r))
+	control, err := plugintest.BuildMPSControl(dirs.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dirs.Config(machine, nodeName)
+	cfg.MPSControl = control
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["share"])
+	p, err := plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Kubelet.PrepareOne(ctx, claims["share"]); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Stop()
+
+	if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range specFiles(t, dirs.CDI, claims["share"]) {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sim, err := dirs.SimState(machine, nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetGPULost(0, true); err != nil {
+		t.Fatal(err)
+	}
+	var live *nvmlsim.Machine
+	cfg.SimulationHook = func(m *nvmlsim.Machine) { live = m }
+	p, err = plugintest.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	if err := live.SetGPULost(0, false); err != nil {
+		t.Fatal(err)
+	}
+	// Any call: the kubelet unprepares the claim it still thinks prepared.
+	if err := p.Kubelet.UnprepareOne(ctx, claims["share"]); err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := simState(t, dirs).DeviceGetHandleByIndex(0)
+	if mode, ret := dev.GetComputeMode(); ret != nvml.SUCCESS || mode != nvml.COMPUTEMODE_DEFAULT {
+		t.Errorf("compute mode of GPU 0 without MPS shares = %v (%v), want DEFAULT", mode, ret)
 	}
 }
