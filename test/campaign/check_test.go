@@ -176,12 +176,27 @@ func (r *run) check(afterRestart bool) []string {
 
 	// Nothing leaked: checkpoint entries, specs, MIG instances, daemons and
 	// settings all belong to a claim the kubelet has not unprepared.
+	// Undoing work on a GPU that was lost when the running plugin started
+	// waits for a start with the GPU back: its half-done claims and its
+	// instances without a claim are not (yet) violations.
+	deferred := map[string]bool{}
+	for g := range r.unpublished {
+		deferred[r.uuids[g]] = true
+	}
+	onDeferredGPU := func(e *checkpoint.PreparedClaim) bool {
+		for _, d := range e.Devices {
+			if deferred[d.GPUUUID] || (d.MIG != nil && deferred[d.MIG.ParentUUID]) {
+				return true
+			}
+		}
+		return false
+	}
 	owned := map[string]string{} // MIG instance -> claim UID
 	for uid, e := range v.cp.All() {
 		if r.claims[string(uid)] == nil {
 			fail("leak: checkpoint entry %s (%s/%s, %s) belongs to no live claim", uid, e.Namespace, e.Name, e.State)
 		}
-		if afterRestart && e.State != checkpoint.PrepareCompleted {
+		if afterRestart && e.State != checkpoint.PrepareCompleted && !onDeferredGPU(e) {
 			fail("claim %s/%s left %s after a restart", e.Namespace, e.Name, e.State)
 		}
 		for _, d := range e.Devices {
@@ -205,7 +220,8 @@ func (r *run) check(afterRestart bool) []string {
 		if slices.Contains(r.static, inst) {
 			continue
 		}
-		if uid, ok := owned[inst]; !ok || r.claims[uid] == nil {
+		parent, _, _ := strings.Cut(inst, "/")
+		if uid, ok := owned[inst]; (!ok || r.claims[uid] == nil) && !deferred[parent] {
 			fail("leak: MIG instance %s is neither static nor held by a live claim", inst)
 		}
 	}

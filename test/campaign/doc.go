@@ -42,7 +42,9 @@
 //   - A GPU lost while the plugin runs (and brought back later): calls on
 //     claims of that GPU may fail, calls on other GPUs must succeed; claims
 //     prepared on it stay recorded. A GPU lost across a restart: the plugin
-//     must start and serve the other GPUs.
+//     must start and serve the other GPUs; what it cannot undo on the lost
+//     GPU (a rollback, destroying a MIG instance whose record was lost)
+//     may wait for a start with the GPU back, and is checked from then on.
 //   - An NVML error in one call on one GPU (creating or destroying a MIG
 //     instance, setting the compute or MIG mode): the call on a claim of
 //     that GPU may fail and must leave nothing behind that its retry
