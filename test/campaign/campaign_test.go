@@ -203,7 +203,17 @@ func (r *run) start() {
 	}
 	r.armed = ""
 	if !r.calm && r.rng.IntN(2) == 0 {
+		// Points not hit yet first, so a long run visits them all.
 		pts := faultPoints()
+		var unhit []string
+		for _, p := range pts {
+			if r.hits[p] == 0 {
+				unhit = append(unhit, p)
+			}
+		}
+		if len(unhit) > 0 && r.rng.IntN(2) == 0 {
+			pts = unhit
+		}
 		r.armed = pts[r.rng.IntN(len(pts))]
 	}
 	if r.bugs[bugKillInRecovery] && r.rng.IntN(6) == 0 {

@@ -28,8 +28,10 @@
 // succeeds). A successful unprepare releases the claim's allocation.
 //
 //   - SIGKILL at a driver fault point (each plugin start is armed with one
-//     at random; every point must be hit in a run of 500 operations or
-//     more), at a random moment during calls, and in the middle of start-up
+//     at random, points not hit yet first; every prepare and unprepare
+//     point must be hit in a run of 500 operations or more, recovery's
+//     fire only when the node's state calls for them and are counted), at
+//     a random moment during calls, and in the middle of start-up
 //     recovery: calls cut off may fail; after the restart no claim is left
 //     half done, every prepared claim is still completed with its spec,
 //     and the retries succeed.
@@ -49,8 +51,9 @@
 //     instance, setting the compute or MIG mode): the call on a claim of
 //     that GPU may fail and must leave nothing behind that its retry
 //     cannot clean up; other calls must succeed.
-//   - A claim whose prepare failed, allocated again to other devices and
-//     prepared: the plugin prepares the new devices and releases the old.
+//   - A claim whose prepare failed, unprepared by the kubelet, allocated
+//     again to other devices and prepared: the plugin prepares the new
+//     devices and the old ones are free.
 //
 // # Invariants
 //

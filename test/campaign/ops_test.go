@@ -279,8 +279,11 @@ func (r *run) report() {
 		r.t.Errorf("%d invariant violations (seed %d; replay: make campaign SEED=%d OPS=%d)", len(r.violations), r.seed, r.seed, target)
 	}
 	if target >= 500 {
+		// Recovery's points fire only when the node's state calls for
+		// their step; test/crash TestRecoveryCrash kills at each of them
+		// deterministically. The call paths' points must all be hit here.
 		for _, p := range faultPoints() {
-			if r.hits[p] == 0 {
+			if r.hits[p] == 0 && !strings.HasPrefix(p, "recover:") {
 				r.t.Errorf("fault point %s was never hit in %d operations", p, r.ops)
 			}
 		}

@@ -82,9 +82,8 @@ func (r *run) nvmlError() {
 	}
 }
 
-// reallocate gives a claim whose prepare failed a new allocation and
-// prepares it again (gated, open bug: re-prepare with a changed
-// allocation).
+// reallocate gives a claim whose prepare failed a new allocation, after
+// the kubelet's unprepare, and prepares it again.
 func (r *run) reallocate() {
 	// Best a claim the plugin completed although the kubelet saw the
 	// prepare fail (cut off after the completion was recorded).
@@ -105,6 +104,15 @@ func (r *run) reallocate() {
 		r.batch(false)
 		return
 	}
+	// As the kubelet does before a claim can be allocated anew (its pod is
+	// gone first), it unprepares the claim; a changed allocation of a claim
+	// the plugin still holds is refused by design (item 7, test/node
+	// TestRePrepareWithAnotherAllocation). A successful unprepare releases
+	// the old allocation; a failed one is retried before anything else.
+	r.execute([]*action{{c: c}}, false)
+	if r.claims[c.uid()] != nil {
+		return
+	}
 	fresh := c.obj.DeepCopy()
 	fresh.Status.Allocation = nil
 	out, err := r.cluster.Allocate(context.Background(), nodeName, fresh)
@@ -112,10 +120,10 @@ func (r *run) reallocate() {
 		r.t.Fatal(err)
 	}
 	if out == nil {
-		r.batch(false)
 		return
 	}
-	r.cluster.Release(c.obj) // the first entry with the UID: the old one
+	r.claims[c.uid()] = c
+	c.state = pendingPrepare
 	if err := publishClaim(r.dirs.Root, out[0]); err != nil {
 		r.t.Fatal(err)
 	}
