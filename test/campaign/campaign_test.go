@@ -211,7 +211,7 @@ func (r *run) start() {
 				unhit = append(unhit, p)
 			}
 		}
-		if len(unhit) > 0 && r.rng.IntN(2) == 0 {
+		if len(unhit) > 0 {
 			pts = unhit
 		}
 		r.armed = pts[r.rng.IntN(len(pts))]
