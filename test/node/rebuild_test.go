@@ -22,18 +22,7 @@ import (
 // sharing record, so the MPS manager still counts the share as live.
 func TestRebuildKeepsShare(t *testing.T) {
 	ctx := context.Background()
-	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
-	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-		"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
-	}}
-	dirs, _, claims, _ := setupClaims(t, at.Claim("share", r))
-	control, err := plugintest.BuildMPSControl(dirs.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := dirs.Config(machine, nodeName)
-	cfg.MPSControl = control
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["share"])
+	dirs, cfg, claims := setupMPSShare(t)
 	pidFiles := func() []string {
 		files, _ := filepath.Glob(filepath.Join(cfg.MPSDir, "*", "*", "nvidia-cuda-mps-control.pid"))
 		return files
@@ -168,18 +157,7 @@ func TestRewriteSpecOfLostGPU(t *testing.T) {
 // teardown instead of leaving it in EXCLUSIVE_PROCESS without shares.
 func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 	ctx := context.Background()
-	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
-	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-		"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
-	}}
-	dirs, _, claims, _ := setupClaims(t, at.Claim("share", r))
-	control, err := plugintest.BuildMPSControl(dirs.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := dirs.Config(machine, nodeName)
-	cfg.MPSControl = control
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["share"])
+	dirs, cfg, claims := setupMPSShare(t)
 	p, err := plugintest.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -222,4 +200,23 @@ func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 	if mode, ret := dev.GetComputeMode(); ret != nvml.SUCCESS || mode != nvml.COMPUTEMODE_DEFAULT {
 		t.Errorf("compute mode of GPU 0 without MPS shares = %v (%v), want DEFAULT", mode, ret)
 	}
+}
+
+// setupMPSShare allocates one MPS share of GPU 0 ("share") and configures a
+// plugin that can run its daemon.
+func setupMPSShare(t *testing.T) (plugintest.Dirs, *app.Config, map[string]*resourceapi.ResourceClaim) {
+	t.Helper()
+	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
+	}}
+	dirs, _, claims, _ := setupClaims(t, at.Claim("share", r))
+	control, err := plugintest.BuildMPSControl(dirs.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dirs.Config(machine, nodeName)
+	cfg.MPSControl = control
+	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["share"])
+	return dirs, cfg, claims
 }
