@@ -1,6 +1,6 @@
 // Command dra-kubelet-plugin is the node agent of the gpu.dra.dev DRA driver:
 // it publishes the node's GPUs as ResourceSlices and prepares ResourceClaims
-// for the kubelet. All logic lives in pkg/app.
+// for the kubelet. All logic lives in pkg/nodeplugin.
 package main
 
 import (
@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cliflags"
 )
 
@@ -20,11 +20,11 @@ func main() {
 }
 
 func run() error {
-	cfg := app.Config{Out: os.Stdout}
+	cfg := nodeplugin.Config{Out: os.Stdout}
 	return cliflags.Execute(cliflags.Command{
 		Name:     "dra-kubelet-plugin",
 		AddFlags: cfg.AddFlags,
 		Validate: cfg.Validate,
-		Run:      func(ctx context.Context) error { return app.Run(ctx, &cfg) },
+		Run:      func(ctx context.Context) error { return nodeplugin.Run(ctx, &cfg) },
 	}, os.Args[1:])
 }

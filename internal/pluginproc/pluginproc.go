@@ -1,4 +1,4 @@
-// Package pluginproc runs the real kubelet plugin (pkg/app.Run) as a child
+// Package pluginproc runs the real kubelet plugin (pkg/nodeplugin.Run) as a child
 // process of a test binary, so that tests can kill it with SIGKILL at the
 // driver's fault points or at any moment and start it again on the same
 // node directories. The test binary doubles as the plugin: its TestMain
@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 const (
@@ -60,10 +60,10 @@ func KillAt(root, point string) func(string) {
 }
 
 // Serve runs the plugin until SIGTERM.
-func Serve(cfg *app.Config) error {
+func Serve(cfg *nodeplugin.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	return app.Run(ctx, cfg)
+	return nodeplugin.Run(ctx, cfg)
 }
 
 // Child is a running plugin process with the kubelet stand-in registered.

@@ -1,4 +1,4 @@
-// Package plugintest runs the real kubelet plugin (pkg/app.Run) on a
+// Package plugintest runs the real kubelet plugin (pkg/nodeplugin.Run) on a
 // simulated machine against a fake clientset, with a kubelet stand-in
 // connected to its sockets.
 package plugintest
@@ -20,7 +20,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/fakeapi"
 	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 // Dirs are the host directories a plugin instance uses; they outlive
@@ -47,9 +47,9 @@ func NewDirs(root string) (Dirs, error) {
 }
 
 // Config returns the plugin configuration for a simulated machine.
-func (d Dirs) Config(machine, node string) *app.Config {
-	return &app.Config{
-		DriverName:    app.DefaultDriverName,
+func (d Dirs) Config(machine, node string) *nodeplugin.Config {
+	return &nodeplugin.Config{
+		DriverName:    nodeplugin.DefaultDriverName,
 		NodeName:      node,
 		PluginDataDir: d.PluginData,
 		RegistrarDir:  d.Registrar,
@@ -79,7 +79,7 @@ type Plugin struct {
 }
 
 // Start runs the plugin and registers the kubelet stand-in with it.
-func Start(ctx context.Context, cfg *app.Config) (*Plugin, error) {
+func Start(ctx context.Context, cfg *nodeplugin.Config) (*Plugin, error) {
 	// A previous instance's registration socket must not be mistaken
 	// for this one's.
 	_ = os.RemoveAll(cfg.RegistrarDir)
@@ -88,7 +88,7 @@ func Start(ctx context.Context, cfg *app.Config) (*Plugin, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Plugin{cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- app.Run(ctx, cfg) }()
+	go func() { p.done <- nodeplugin.Run(ctx, cfg) }()
 	k, err := kubeletstandin.Register(ctx, cfg.RegistrarDir, 30*time.Second)
 	if err != nil {
 		cancel()

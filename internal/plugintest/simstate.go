@@ -7,7 +7,7 @@ import (
 )
 
 // SimState opens the simulated machine's persisted state as the plugin of
-// these dirs keeps it (pkg/app's simulation), to read or change what
+// these dirs keeps it (pkg/nodeplugin's simulation), to read or change what
 // exists on the "hardware" between plugin runs. The caller calls Init if it
 // needs NVML handles.
 func (d Dirs) SimState(machine, node string) (*nvmlsim.Machine, error) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -84,9 +84,9 @@ func (c *Config) Validate() error {
 }
 
 // pluginConfig is the kubelet plugin's configuration for this check.
-func (c *Config) pluginConfig() *app.Config {
-	return &app.Config{
-		DriverName:      app.DefaultDriverName,
+func (c *Config) pluginConfig() *nodeplugin.Config {
+	return &nodeplugin.Config{
+		DriverName:      nodeplugin.DefaultDriverName,
 		NodeName:        c.NodeName,
 		Simulate:        c.Simulate,
 		NVMLLibraryPath: c.NVMLLibraryPath,

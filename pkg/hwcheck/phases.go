@@ -14,7 +14,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
@@ -36,7 +36,7 @@ func (c *check) printSlices(ctx context.Context, found *Report) error {
 		cfg.PrintSlices, cfg.Out, cfg.DevicePolicyFile = true, &out, r.policy
 		cfg.PluginDataDir = filepath.Join(c.work, "print-slices")
 		cfg.WrapNVML = c.guard.Wrap
-		if err := app.Run(ctx, cfg); err != nil {
+		if err := nodeplugin.Run(ctx, cfg); err != nil {
 			errs = append(errs, fmt.Errorf("--print-slices (policy %q): %w", r.policy, err))
 			continue
 		}

@@ -14,12 +14,12 @@ import (
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
-// prepare runs the real plugin (pkg/app) behind the guard against a fake
+// prepare runs the real plugin (pkg/nodeplugin) behind the guard against a fake
 // API server holding one claim for a whole GPU, allocated by the upstream
 // allocator from the node's slices; the kubelet stand-in prepares and
 // unprepares it over the plugin's unix sockets. Every host path the CDI
@@ -29,9 +29,9 @@ func (c *check) prepare(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	slices := devicemodel.ResourceSlices(devicemodel.Build(c.gpus, devicemodel.Options{NodeName: c.cfg.NodeName}), app.DefaultDriverName, c.cfg.NodeName)
-	cluster := at.NewCluster(slices, deviceclass.DeviceClasses(app.DefaultDriverName))
-	allocated, err := cluster.Allocate(ctx, c.cfg.NodeName, at.Claim("gpu-check", at.Exactly("gpu", app.DefaultDriverName, 1)))
+	slices := devicemodel.ResourceSlices(devicemodel.Build(c.gpus, devicemodel.Options{NodeName: c.cfg.NodeName}), nodeplugin.DefaultDriverName, c.cfg.NodeName)
+	cluster := at.NewCluster(slices, deviceclass.DeviceClasses(nodeplugin.DefaultDriverName))
+	allocated, err := cluster.Allocate(ctx, c.cfg.NodeName, at.Claim("gpu-check", at.Exactly("gpu", nodeplugin.DefaultDriverName, 1)))
 	if err != nil {
 		return fmt.Errorf("allocate a whole GPU: %w", err)
 	}

@@ -125,7 +125,7 @@ func TestRunReportsRefusedSetter(t *testing.T) {
 	cfg := simConfig(t, "dgxh100")
 	work := t.TempDir()
 	// The plugin's simulated machine keeps its state in its data dir
-	// (pkg/app); start it with MIG mode on and no instance.
+	// (pkg/nodeplugin); start it with MIG mode on and no instance.
 	state := filepath.Join(work, "n", "plugin", "simulated-dgxh100", "nvml-state.json")
 	m, err := nvmlsim.New("dgxh100", nvmlsim.WithSeed(cfg.NodeName), nvmlsim.WithStateFile(state))
 	if err != nil {

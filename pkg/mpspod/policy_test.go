@@ -296,7 +296,7 @@ func admit(t *testing.T, p *policy, op admission.Operation, pod *corev1.Pod, u u
 }
 
 // launcherPod is the pod the launcher creates for the daemon a real
-// MPSManager asks for, with the plugin's options as pkg/app sets them from
+// MPSManager asks for, with the plugin's options as pkg/nodeplugin sets them from
 // the chart's arguments.
 func launcherPod(t *testing.T, mpsDir, control string, driverRoot Mount) *corev1.Pod {
 	t.Helper()

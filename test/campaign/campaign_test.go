@@ -38,7 +38,7 @@ const (
 var (
 	flagSeed     = flag.Uint64("seed", 0, "campaign seed; 0 picks one from the time with -ops, else the short run's fixed seed (it is printed first)")
 	flagOps      = flag.Int("ops", 0, "prepare/unprepare operations to run (default 150, 60 with -short)")
-	flagOpenBugs = flag.String("open-bugs", "all", "fault kinds that hit crash-safety bugs still open in pkg/driver to inject: all, none, or a comma-separated list of "+strings.Join(openBugs, ","))
+	flagOpenBugs = flag.String("open-bugs", "all", "fault kinds that hit crash-safety bugs still open in pkg/prepare to inject: all, none, or a comma-separated list of "+strings.Join(openBugs, ","))
 )
 
 // TestMain doubles as the plugin process (internal/pluginproc).

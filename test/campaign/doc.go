@@ -78,7 +78,7 @@
 //
 // # Open bugs
 //
-// Some fault kinds hit crash-safety bugs still open in pkg/driver; each is
+// Some fault kinds hit crash-safety bugs still open in pkg/prepare; each is
 // a named switch of -open-bugs (default all, so the campaign fails until
 // they are fixed; -open-bugs=none leaves them out, a comma-separated list
 // enables some): see openBugs. The switches compose: a damaged checkpoint

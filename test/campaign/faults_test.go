@@ -13,15 +13,15 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 // faultPoints are the driver's fault points, each of which the campaign
 // kills the plugin at.
-func faultPoints() []string { return driver.FaultPoints }
+func faultPoints() []string { return prepare.FaultPoints }
 
 // File faults, applied while the plugin is down.
 const (
@@ -35,7 +35,7 @@ const (
 var fileFaults = []string{fileCheckpointDelete, fileCheckpointCorrupt, fileCheckpointTruncate, fileSpecDelete, fileSpecCorrupt}
 
 func checkpointPath(dirs plugintest.Dirs) string {
-	return filepath.Join(dirs.PluginData, app.CheckpointFile)
+	return filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
 }
 
 func statePath(dirs plugintest.Dirs) string {

@@ -7,7 +7,7 @@ import (
 )
 
 // openBugs name the fault kinds that hit crash-safety bugs open in
-// pkg/driver when the campaign was written (see the package doc); all of
+// pkg/prepare when the campaign was written (see the package doc); all of
 // them have been fixed since, and the switches stay to isolate a
 // regression. They are on by default; -open-bugs=none runs the campaign
 // without them.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 // action is one kubelet call on one claim.
@@ -39,7 +39,7 @@ func (r *run) avoid() map[int]bool {
 func (r *run) newAction() *action {
 	order := slices.Clone(kinds)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	if r.armed == driver.FaultPrepareMIGCreated {
+	if r.armed == prepare.FaultPrepareMIGCreated {
 		order = append([]string{kindMIG}, order...)
 	}
 	return r.newActionOfKind(order...)

@@ -22,10 +22,10 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -99,19 +99,19 @@ func TestCrashConvergence(t *testing.T) {
 	// unprepare alternate: each step leaves the claim as its operation
 	// does once the retry succeeded.
 	steps := []step{
-		{prepare: true, crashAt: driver.FaultPrepareStarted},
-		{prepare: false, crashAt: driver.FaultUnprepareCDIGone},
-		{prepare: true, crashAt: driver.FaultPrepareCDIWritten},
-		{prepare: false, crashAt: driver.FaultUnprepareDone},
-		{prepare: true, crashAt: driver.FaultPrepareCompleted},
-		{prepare: false, crashAt: driver.FaultUnprepareStarted},
+		{prepare: true, crashAt: prepare.FaultPrepareStarted},
+		{prepare: false, crashAt: prepare.FaultUnprepareCDIGone},
+		{prepare: true, crashAt: prepare.FaultPrepareCDIWritten},
+		{prepare: false, crashAt: prepare.FaultUnprepareDone},
+		{prepare: true, crashAt: prepare.FaultPrepareCompleted},
+		{prepare: false, crashAt: prepare.FaultUnprepareStarted},
 	}
 	t.Run("whole GPUs", func(t *testing.T) {
 		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12), nil)
 	})
 	t.Run("dynamic MIG", func(t *testing.T) {
 		// A MIG claim adds the instance creation in the middle of prepare.
-		migSteps := append([]step{{prepare: true, crashAt: driver.FaultPrepareMIGCreated}, {prepare: false, crashAt: driver.FaultUnprepareCDIGone}}, steps...)
+		migSteps := append([]step{{prepare: true, crashAt: prepare.FaultPrepareMIGCreated}, {prepare: false, crashAt: prepare.FaultUnprepareCDIGone}}, steps...)
 		claim := at.Claim("victim", at.Exactly("mig", "mig."+driverName, 1,
 			`device.attributes["gpu.dra.dev"].parentMinor == 0`, `device.attributes["gpu.dra.dev"].profile == "2g.20gb"`))
 		crashSteps(t, claim, withRandomSteps(migSteps, 8), func(t *testing.T, dirs plugintest.Dirs, prepared bool) {
@@ -231,7 +231,7 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 // half-prepared claims, and a spec exists exactly for completed claims.
 func checkConsistent(t *testing.T, dirs plugintest.Dirs, uid types.UID) {
 	t.Helper()
-	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, app.CheckpointFile)).Load(context.Background())
+	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)).Load(context.Background())
 	if err != nil {
 		t.Fatalf("load checkpoint: %v", err)
 	}
@@ -256,7 +256,7 @@ func hasSpec(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
 
 func completed(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
 	t.Helper()
-	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, app.CheckpointFile)).Load(context.Background())
+	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)).Load(context.Background())
 	if err != nil {
 		t.Fatalf("load checkpoint: %v", err)
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
@@ -46,13 +46,13 @@ func TestRecoveryCrash(t *testing.T) {
 		orphan  bool
 		crashAt string
 	}{
-		"corrupt checkpoint, crash after the copy":          {damage: corrupt, crashAt: driver.FaultRecoverCorruptCopied},
-		"corrupt checkpoint, crash after the rebuilt save":  {damage: corrupt, crashAt: driver.FaultRecoverRebuiltSaved},
-		"corrupt checkpoint, crash after an orphan removal": {damage: corrupt, orphan: true, crashAt: driver.FaultRecoverOrphanRemoved},
+		"corrupt checkpoint, crash after the copy":          {damage: corrupt, crashAt: prepare.FaultRecoverCorruptCopied},
+		"corrupt checkpoint, crash after the rebuilt save":  {damage: corrupt, crashAt: prepare.FaultRecoverRebuiltSaved},
+		"corrupt checkpoint, crash after an orphan removal": {damage: corrupt, orphan: true, crashAt: prepare.FaultRecoverOrphanRemoved},
 		"deleted checkpoint":                                {damage: deleted},
-		"deleted checkpoint, crash after the rebuilt save":  {damage: deleted, crashAt: driver.FaultRecoverRebuiltSaved},
-		"interrupted prepare, crash after its rollback":     {interrupt: true, crashAt: driver.FaultRecoverRolledBack},
-		"orphaned spec, crash after its removal":            {orphan: true, crashAt: driver.FaultRecoverOrphanRemoved},
+		"deleted checkpoint, crash after the rebuilt save":  {damage: deleted, crashAt: prepare.FaultRecoverRebuiltSaved},
+		"interrupted prepare, crash after its rollback":     {interrupt: true, crashAt: prepare.FaultRecoverRolledBack},
+		"orphaned spec, crash after its removal":            {orphan: true, crashAt: prepare.FaultRecoverOrphanRemoved},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -64,9 +64,9 @@ func TestRecoveryCrash(t *testing.T) {
 			}
 			stopChild(t, c)
 			if tc.interrupt {
-				c := startChild(t, dirs, driver.FaultPrepareMIGCreated)
+				c := startChild(t, dirs, prepare.FaultPrepareMIGCreated)
 				go func() { _, _ = c.Kubelet.PrepareOne(ctx, other) }()
-				waitDead(t, dirs, c, driver.FaultPrepareMIGCreated)
+				waitDead(t, dirs, c, prepare.FaultPrepareMIGCreated)
 			}
 			if tc.orphan {
 				writeFile(t, orphanSpecPath(t, dirs, kept.UID), "not a CDI spec")
@@ -130,10 +130,10 @@ func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
 		// and its instance is in use, not leaked.
 		kept bool
 	}{
-		"prepare, instance created":                         {crashAt: driver.FaultPrepareMIGCreated},
-		"prepare, spec written":                             {crashAt: driver.FaultPrepareCDIWritten, kept: true},
-		"unprepare, spec removed":                           {prepareFirst: true, crashAt: driver.FaultUnprepareCDIGone},
-		"prepare, instance created; recovery dies after it": {crashAt: driver.FaultPrepareMIGCreated, recoverAt: driver.FaultRecoverLeakedMIGDestroyed},
+		"prepare, instance created":                         {crashAt: prepare.FaultPrepareMIGCreated},
+		"prepare, spec written":                             {crashAt: prepare.FaultPrepareCDIWritten, kept: true},
+		"unprepare, spec removed":                           {prepareFirst: true, crashAt: prepare.FaultUnprepareCDIGone},
+		"prepare, instance created; recovery dies after it": {crashAt: prepare.FaultPrepareMIGCreated, recoverAt: prepare.FaultRecoverLeakedMIGDestroyed},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -264,7 +264,7 @@ func waitDead(t *testing.T, dirs plugintest.Dirs, c *pluginproc.Child, crashAt s
 }
 
 func checkpointPath(dirs plugintest.Dirs) string {
-	return filepath.Join(dirs.PluginData, app.CheckpointFile)
+	return filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
 }
 
 // orphanSpecPath is a spec file name of the driver's for a claim nobody
@@ -291,9 +291,9 @@ func writeFile(t *testing.T, path, content string) {
 func TestRestartWithLostGPU(t *testing.T) {
 	dirs, kept, stuck := recoverySetup(t)
 	ctx := context.Background()
-	c := startChild(t, dirs, driver.FaultPrepareMIGCreated)
+	c := startChild(t, dirs, prepare.FaultPrepareMIGCreated)
 	go func() { _, _ = c.Kubelet.PrepareOne(ctx, stuck) }()
-	waitDead(t, dirs, c, driver.FaultPrepareMIGCreated)
+	waitDead(t, dirs, c, prepare.FaultPrepareMIGCreated)
 	setGPULost(t, dirs, 1, true)
 
 	c = startChild(t, dirs, "")

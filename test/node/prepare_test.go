@@ -20,7 +20,7 @@ import (
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 )
@@ -302,7 +302,7 @@ func TestCorruptCheckpointRecovery(t *testing.T) {
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	cpPath := filepath.Join(dirs.PluginData, app.CheckpointFile)
+	cpPath := filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
 	if err := os.WriteFile(cpPath, []byte(`{"version":"v1","checksum":"sha256:00","data":{"claims":{}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}

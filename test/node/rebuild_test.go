@@ -12,7 +12,7 @@ import (
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/app"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
@@ -36,7 +36,7 @@ func TestRebuildKeepsShare(t *testing.T) {
 	}
 	_ = p.Stop()
 
-	if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+	if err := os.Remove(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)); err != nil {
 		t.Fatal(err)
 	}
 	sim, err := dirs.SimState(machine, nodeName)
@@ -54,7 +54,7 @@ func TestRebuildKeepsShare(t *testing.T) {
 	if files := pidFiles(); len(files) != 1 {
 		t.Errorf("the rebuilt share's MPS daemon was stopped: pid files %v", files)
 	}
-	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, app.CheckpointFile)).Load(ctx)
+	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestRewriteSpecOfLostGPU(t *testing.T) {
 
 			// Now lose the checkpoint and damage the specs again: the
 			// rebuilt checkpoint must still know how to write them.
-			if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+			if err := os.Remove(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)); err != nil {
 				t.Fatal(err)
 			}
 			p = start()
@@ -167,7 +167,7 @@ func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 	}
 	_ = p.Stop()
 
-	if err := os.Remove(filepath.Join(dirs.PluginData, app.CheckpointFile)); err != nil {
+	if err := os.Remove(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range specFiles(t, dirs.CDI, claims["share"]) {
@@ -204,7 +204,7 @@ func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 
 // setupMPSShare allocates one MPS share of GPU 0 ("share") and configures a
 // plugin that can run its daemon.
-func setupMPSShare(t *testing.T) (plugintest.Dirs, *app.Config, map[string]*resourceapi.ResourceClaim) {
+func setupMPSShare(t *testing.T) (plugintest.Dirs, *nodeplugin.Config, map[string]*resourceapi.ResourceClaim) {
 	t.Helper()
 	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
 	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{

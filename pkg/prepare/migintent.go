@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // no checkpoint entry accounts for at start names a leaked instance.
 
 // migIntentDir is the directory of the intent files, beside the checkpoint.
-func (d *Driver) migIntentDir() string {
+func (d *Engine) migIntentDir() string {
 	return filepath.Join(filepath.Dir(d.opts.CheckpointPath), "mig-intents")
 }
 
@@ -40,14 +40,14 @@ type migIntent struct {
 	MIG       checkpoint.MigInstance `json:"mig"`
 }
 
-func (d *Driver) migIntentPath(uid types.UID, m *checkpoint.MigInstance) string {
+func (d *Engine) migIntentPath(uid types.UID, m *checkpoint.MigInstance) string {
 	name := fmt.Sprintf("%s_%s_%d_%d-%d.json", uid, m.ParentUUID, m.GIProfileID, m.Placement.Start, m.Placement.Size)
 	return filepath.Join(d.migIntentDir(), name)
 }
 
 // recordMIGIntent durably records that the driver is about to create the
 // MIG instance of pd for the claim.
-func (d *Driver) recordMIGIntent(entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
+func (d *Engine) recordMIGIntent(entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
 	data, err := json.Marshal(migIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, MIG: *pd.MIG})
 	if err != nil {
 		return err
@@ -62,7 +62,7 @@ func (d *Driver) recordMIGIntent(entry *checkpoint.PreparedClaim, pd *checkpoint
 }
 
 // forgetMIGIntent removes the intent of an instance that is destroyed.
-func (d *Driver) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error {
+func (d *Engine) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error {
 	if err := atomicfile.Remove(d.migIntentPath(uid, m)); err != nil {
 		return fmt.Errorf("remove MIG intent: %w", err)
 	}
@@ -74,7 +74,7 @@ func (d *Driver) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error
 // place that another entry holds is left alone (a release that does not
 // write intents may have created it). A failure (the GPU is lost) keeps
 // the intent for the next start and does not stop this one.
-func (d *Driver) destroyLeakedMIG(ctx context.Context) {
+func (d *Engine) destroyLeakedMIG(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	files, err := os.ReadDir(d.migIntentDir())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -123,7 +123,7 @@ func (d *Driver) destroyLeakedMIG(ctx context.Context) {
 
 // accountsForMIG reports whether the intent's claim entry holds its
 // instance.
-func (d *Driver) accountsForMIG(intent migIntent) bool {
+func (d *Engine) accountsForMIG(intent migIntent) bool {
 	entry, ok := d.cp.Get(intent.ClaimUID)
 	if !ok {
 		return false
@@ -137,7 +137,7 @@ func (d *Driver) accountsForMIG(intent migIntent) bool {
 }
 
 // migHeldByAnyone reports whether any entry holds an instance at m's place.
-func (d *Driver) migHeldByAnyone(m *checkpoint.MigInstance) bool {
+func (d *Engine) migHeldByAnyone(m *checkpoint.MigInstance) bool {
 	for _, entry := range d.cp.All() {
 		for _, pd := range entry.Devices {
 			if pd.MIG != nil && sameMIGPlace(pd.MIG, m) {

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // GPU share it, devices of other GPUs never wait for it.
 func lockKey(p *devicemodel.Published) string { return p.GPU.UUID }
 
-func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
 	ctx = klog.NewContext(ctx, logger)
 	if claim.Status.Allocation == nil {
@@ -100,7 +100,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 // the claim (done). The claim's allocation must still be the recorded one:
 // a claim re-allocated under the same UID would otherwise get its old
 // devices.
-func (d *Driver) alreadyPrepared(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, bool, error) {
+func (d *Engine) alreadyPrepared(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, bool, error) {
 	d.mu.Lock()
 	existing, found := d.cp.Get(claim.UID)
 	if found {
@@ -136,7 +136,7 @@ func (a allocatedDevice) String() string {
 }
 
 // allocationOf lists the claim's allocation results for this driver.
-func (d *Driver) allocationOf(claim *resourceapi.ResourceClaim) []allocatedDevice {
+func (d *Engine) allocationOf(claim *resourceapi.ResourceClaim) []allocatedDevice {
 	var out []allocatedDevice
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
@@ -167,7 +167,7 @@ func sortedAllocation(a []allocatedDevice) []allocatedDevice {
 
 // plan maps the claim's allocation results for this driver and pool to the
 // devices to prepare, and the GPU locks the preparation needs.
-func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, []shareInput, []string, error) {
+func (d *Engine) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, []shareInput, []string, error) {
 	var planned []checkpoint.PreparedDevice
 	var inputs []shareInput
 	var keys []string
@@ -206,7 +206,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 }
 
 // writeCDI writes the claim's CDI spec and records the returned IDs.
-func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+func (d *Engine) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	devices := make([]cdi.ClaimDevice, 0, len(entry.Devices))
 	for i, pd := range entry.Devices {
 		cd, err := d.containerEdits(pd)
@@ -229,7 +229,7 @@ func (d *Driver) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) 
 	return nil
 }
 
-func (d *Driver) unprepareClaim(ctx context.Context, obj kubeletplugin.NamespacedObject) error {
+func (d *Engine) unprepareClaim(ctx context.Context, obj kubeletplugin.NamespacedObject) error {
 	logger := klog.FromContext(ctx).WithValues("claim", obj.NamespacedName, "claimUID", obj.UID)
 	ctx = klog.NewContext(ctx, logger)
 
@@ -271,7 +271,7 @@ func (d *Driver) unprepareClaim(ctx context.Context, obj kubeletplugin.Namespace
 // rollback undoes whatever preparation of entry got done, in reverse order,
 // and forgets the claim. Each step is idempotent, so a rollback interrupted
 // by a crash is simply run again. The caller holds the entry's GPU locks.
-func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+func (d *Engine) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	if entry.State == checkpoint.PrepareCompleted {
 		// Mark the claim as going away first: a crash from here on must
 		// finish the undo on restart, not trust a half-removed claim.
@@ -295,7 +295,7 @@ func (d *Driver) rollback(ctx context.Context, entry *checkpoint.PreparedClaim) 
 	return nil
 }
 
-func (d *Driver) lockKeys(devices []checkpoint.PreparedDevice) []string {
+func (d *Engine) lockKeys(devices []checkpoint.PreparedDevice) []string {
 	keys := make([]string, 0, len(devices))
 	for _, pd := range devices {
 		keys = append(keys, gpuUUIDOf(pd))

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func claimEntry(name string, state checkpoint.ClaimState) *checkpoint.PreparedCl
 }
 
 // waitQueued waits until n changes wait for the next save.
-func waitQueued(t *testing.T, d *Driver, n int) {
+func waitQueued(t *testing.T, d *Engine, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -73,7 +73,7 @@ func waitQueued(t *testing.T, d *Driver, n int) {
 func TestCommitGroupsConcurrentChanges(t *testing.T) {
 	ctx := context.Background()
 	st := &gateStore{gate: make(chan struct{}), started: make(chan struct{}, 5)}
-	d := &Driver{cp: checkpoint.New(), store: st}
+	d := &Engine{cp: checkpoint.New(), store: st}
 
 	errs := make(chan error, 5)
 	go func() { errs <- d.put(ctx, claimEntry("first", checkpoint.PrepareStarted)) }()
@@ -101,7 +101,7 @@ func TestCommitGroupsConcurrentChanges(t *testing.T) {
 func TestCommitFailureUndoesItsBatch(t *testing.T) {
 	ctx := context.Background()
 	st := &gateStore{}
-	d := &Driver{cp: checkpoint.New(), store: st}
+	d := &Engine{cp: checkpoint.New(), store: st}
 	for _, name := range []string{"kept", "updated", "removed"} {
 		if err := d.put(ctx, claimEntry(name, checkpoint.PrepareStarted)); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func crashAt(t *testing.T, point string, f func(hook func(string))) {
 }
 
 // firstDynamicMIG returns a dynamic MIG device of GPU gpu.
-func firstDynamicMIG(t *testing.T, d *Driver, gpu int) string {
+func firstDynamicMIG(t *testing.T, d *Engine, gpu int) string {
 	t.Helper()
 	for _, p := range d.published {
 		if p.Type == devicemodel.TypeMIG && p.GPU.Index == gpu && p.StaticMIG == nil {
@@ -100,7 +100,7 @@ func TestRecoveryIsolatesLostGPU(t *testing.T) {
 	}
 }
 
-func unprepareOne(t *testing.T, d *Driver, claim *resourceapi.ResourceClaim) error {
+func unprepareOne(t *testing.T, d *Engine, claim *resourceapi.ResourceClaim) error {
 	t.Helper()
 	obj := kubeletplugin.NamespacedObject{UID: claim.UID, NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}}
 	res, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{obj})

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -32,12 +32,12 @@ type claimUndo struct {
 }
 
 // put records entry in the checkpoint durably.
-func (d *Driver) put(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+func (d *Engine) put(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	return d.commit(ctx, entry.UID, cloneClaim(entry))
 }
 
 // remove deletes a claim from the checkpoint durably.
-func (d *Driver) remove(ctx context.Context, uid types.UID) error {
+func (d *Engine) remove(ctx context.Context, uid types.UID) error {
 	return d.commit(ctx, uid, nil)
 }
 
@@ -46,7 +46,7 @@ func (d *Driver) remove(ctx context.Context, uid types.UID) error {
 // undone in memory, so memory never claims more than disk for long, and
 // the error is returned. Callers never change the same claim concurrently
 // (its GPUs' locks are held).
-func (d *Driver) commit(ctx context.Context, uid types.UID, entry *checkpoint.PreparedClaim) error {
+func (d *Engine) commit(ctx context.Context, uid types.UID, entry *checkpoint.PreparedClaim) error {
 	d.mu.Lock()
 	undo := claimUndo{uid: uid}
 	if prev, ok := d.cp.Get(uid); ok {

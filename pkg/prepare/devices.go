@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func plannedDevice(pub *devicemodel.Published, r resourceapi.DeviceRequestAlloca
 
 // prepareDevices does the device work of a claim recorded as
 // PrepareStarted, updating the record (e.g. with MIG instance IDs) as it goes.
-func (d *Driver) prepareDevices(ctx context.Context, entry *checkpoint.PreparedClaim, inputs []shareInput) error {
+func (d *Engine) prepareDevices(ctx context.Context, entry *checkpoint.PreparedClaim, inputs []shareInput) error {
 	for i := range entry.Devices {
 		pd := &entry.Devices[i]
 		switch {
@@ -110,7 +110,7 @@ func (d *Driver) prepareDevices(ctx context.Context, entry *checkpoint.PreparedC
 
 // createMIG creates the MIG instance a claim's dynamic MIG device needs and
 // records its IDs and UUID.
-func (d *Driver) createMIG(ctx context.Context, entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
+func (d *Engine) createMIG(ctx context.Context, entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
 	dev, err := d.handle(pd.MIG.ParentUUID)
 	if err != nil {
 		return err
@@ -133,7 +133,7 @@ func (d *Driver) createMIG(ctx context.Context, entry *checkpoint.PreparedClaim,
 
 // unprepareDevices undoes prepareDevices, in reverse, tolerating work that
 // was never done or is already undone.
-func (d *Driver) unprepareDevices(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+func (d *Engine) unprepareDevices(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	var errs []error
 	for i := len(entry.Devices) - 1; i >= 0; i-- {
 		pd := &entry.Devices[i]
@@ -156,7 +156,7 @@ func (d *Driver) unprepareDevices(ctx context.Context, entry *checkpoint.Prepare
 
 // destroyMIG removes the instance a claim created, found by the profile
 // and placement recorded before it was created.
-func (d *Driver) destroyMIG(ctx context.Context, m *checkpoint.MigInstance) error {
+func (d *Engine) destroyMIG(ctx context.Context, m *checkpoint.MigInstance) error {
 	dev, err := d.handle(m.ParentUUID)
 	if err != nil {
 		return err
@@ -180,7 +180,7 @@ func (d *Driver) destroyMIG(ctx context.Context, m *checkpoint.MigInstance) erro
 // so it can be used whole or shared. MIG mode is left on after the last MIG
 // device goes: switching costs time (and a reset on A100), and the next MIG
 // claim may come soon.
-func (d *Driver) ensureMIGOff(ctx context.Context, gpuUUID string) error {
+func (d *Engine) ensureMIGOff(ctx context.Context, gpuUUID string) error {
 	dev, err := d.handle(gpuUUID)
 	if err != nil {
 		return err
@@ -198,7 +198,7 @@ func (d *Driver) ensureMIGOff(ctx context.Context, gpuUUID string) error {
 	return nil
 }
 
-func (d *Driver) handle(uuid string) (nvml.Device, error) {
+func (d *Engine) handle(uuid string) (nvml.Device, error) {
 	dev, ret := d.opts.NVML.DeviceGetHandleByUUID(uuid)
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("get GPU %s: %w", uuid, ret)
@@ -207,7 +207,7 @@ func (d *Driver) handle(uuid string) (nvml.Device, error) {
 }
 
 // containerEdits is what a container gets for one prepared device.
-func (d *Driver) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, error) {
+func (d *Engine) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, error) {
 	pub, ok := d.devices[pd.Device]
 	if !ok && len(pd.DeviceNodes) == 0 {
 		return cdi.ClaimDevice{}, fmt.Errorf("device %s is no longer present on this node", pd.Device)

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -23,13 +23,13 @@ import (
 
 const testDriver = "gpu.dra.dev"
 
-func newTestDriver(t *testing.T, hook func(string)) *Driver {
+func newTestDriver(t *testing.T, hook func(string)) *Engine {
 	t.Helper()
 	return newTestDriverWith(t, Options{FaultHook: hook})
 }
 
 // newTestDriverWith fills in opts for a simulated DGX H100 node-1.
-func newTestDriverWith(t *testing.T, opts Options) *Driver {
+func newTestDriverWith(t *testing.T, opts Options) *Engine {
 	t.Helper()
 	opts, node := testOptions(t, opts)
 	return startTestDriver(t, opts, node)
@@ -57,7 +57,7 @@ func testOptions(t *testing.T, opts Options) (Options, *simnode.Node) {
 
 // startTestDriver starts a driver as the plugin does: New, then the
 // devices of the GPUs that are still there.
-func startTestDriver(t *testing.T, opts Options, node *simnode.Node) *Driver {
+func startTestDriver(t *testing.T, opts Options, node *simnode.Node) *Engine {
 	t.Helper()
 	ctx := t.Context()
 	d, err := New(ctx, opts)
@@ -98,7 +98,7 @@ func opaque(source resourceapi.AllocationConfigSource, driver, params string, re
 	}
 }
 
-func prepareOne(t *testing.T, d *Driver, claim *resourceapi.ResourceClaim) error {
+func prepareOne(t *testing.T, d *Engine, claim *resourceapi.ResourceClaim) error {
 	t.Helper()
 	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
 	if err != nil {

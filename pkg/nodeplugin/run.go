@@ -1,4 +1,4 @@
-package app
+package nodeplugin
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/driver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -68,7 +68,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	opts := driver.Options{
+	opts := prepare.Options{
 		DriverName:     cfg.DriverName,
 		PoolName:       cfg.NodeName,
 		NVML:           hw.nvml,
@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	if cfg.MetricsAddress != "" { // pods are looked up only for the container label
 		opts.Pods, opts.Claims = client.CoreV1(), client.ResourceV1()
 	}
-	drv, err := driver.New(ctx, opts)
+	drv, err := prepare.New(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -86,7 +86,7 @@ func shareStrategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy {
 
 // shareRef is the device a share's strategy acts on: the GPU, or the MIG
 // device itself (its UUID is empty until the instance exists).
-func (d *Driver) shareRef(pd *checkpoint.PreparedDevice) sharing.DeviceRef {
+func (d *Engine) shareRef(pd *checkpoint.PreparedDevice) sharing.DeviceRef {
 	pub := d.devices[pd.Device]
 	if pd.MIG != nil {
 		ref := sharing.DeviceRef{ParentUUID: pd.MIG.ParentUUID}
@@ -106,7 +106,7 @@ func (d *Driver) shareRef(pd *checkpoint.PreparedDevice) sharing.DeviceRef {
 
 // acquireShare sets the device up for the share's strategy and records the
 // result (daemon pipe dir, time-slice, container edits) in pd.
-func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, in shareInput) error {
+func (d *Engine) acquireShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, in shareInput) error {
 	pub := d.devices[pd.Device]
 	if pub == nil {
 		return fmt.Errorf("device %s is no longer present on this node", pd.Device)
@@ -154,7 +154,7 @@ func (d *Driver) acquireShare(ctx context.Context, claimUID types.UID, pd *check
 
 // releaseShare undoes acquireShare; it needs only the record's identity,
 // so it also cleans up after a crash before the result was recorded.
-func (d *Driver) releaseShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice) error {
+func (d *Engine) releaseShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice) error {
 	ref, id := d.shareRef(pd), shareID(claimUID, pd)
 	if ref.UUID == "" {
 		return nil // a MIG device whose instance was never created
@@ -186,7 +186,7 @@ func shareEdits(pd checkpoint.PreparedDevice) (sharing.ContainerEdits, error) {
 
 // reconcileShares hands each sharing manager the shares the checkpoint
 // holds, so it adopts their daemons and settings and undoes the rest.
-func (d *Driver) reconcileShares(ctx context.Context) error {
+func (d *Engine) reconcileShares(ctx context.Context) error {
 	ts, mps := d.liveShares()
 	if d.opts.TimeSlicing != nil {
 		if err := d.opts.TimeSlicing.Reconcile(ctx, ts); err != nil {
@@ -203,7 +203,7 @@ func (d *Driver) reconcileShares(ctx context.Context) error {
 
 // finishTeardowns retries what releasing shares left undone (a GPU lost
 // then, back now). Failures stay recorded by the manager for the next try.
-func (d *Driver) finishTeardowns(ctx context.Context) {
+func (d *Engine) finishTeardowns(ctx context.Context) {
 	if d.opts.MPS == nil {
 		return
 	}
@@ -213,7 +213,7 @@ func (d *Driver) finishTeardowns(ctx context.Context) {
 }
 
 // liveShares are the checkpoint's time-slicing and MPS shares.
-func (d *Driver) liveShares() (ts, mps []sharing.ShareRef) {
+func (d *Engine) liveShares() (ts, mps []sharing.ShareRef) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for uid, c := range d.cp.All() {

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // devices, but a stale allocation must not give a second pod the same GPU,
 // nor a whole GPU while a MIG device of it is in use (the whole-GPU claim
 // would silently run with MIG mode left on). Caller holds d.mu.
-func (d *Driver) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevice) error {
+func (d *Engine) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevice) error {
 	// One claim's own devices must not overlap either.
 	for i, pd := range planned {
 		for _, od := range planned[i+1:] {

@@ -1,7 +1,7 @@
 // Package app runs the kubelet plugin: it wires NVML, discovery, the device
 // model, the prepare path and the kubelet helper together. The command in
 // cmd/dra-kubelet-plugin only parses flags into a Config and calls Run.
-package app
+package nodeplugin
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // that the next start recovers the same way. In particular a spec is never
 // removed unless a trusted checkpoint file positively says its claim is not
 // prepared: a rebuilt checkpoint is saved before anything is removed.
-func (d *Driver) recover(ctx context.Context) error {
+func (d *Engine) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	specs, err := d.opts.CDI.ListClaimSpecs(ctx)
 	if err != nil {
@@ -94,7 +94,7 @@ func (d *Driver) recover(ctx context.Context) error {
 // is not "nothing prepared": both are rebuilt from the specs, and the rebuilt
 // checkpoint is saved (replacing the corrupt file atomically) before the
 // caller acts on it.
-func (d *Driver) loadOrRebuild(ctx context.Context, specs []cdi.ClaimSpecInfo) (*checkpoint.Checkpoint, error) {
+func (d *Engine) loadOrRebuild(ctx context.Context, specs []cdi.ClaimSpecInfo) (*checkpoint.Checkpoint, error) {
 	logger := klog.FromContext(ctx)
 	exists, err := checkpoint.Exists(d.opts.CheckpointPath)
 	if err != nil {
@@ -144,7 +144,7 @@ func foreignEntry(entry *checkpoint.PreparedClaim) error {
 // reportProblem records that the claim's entry is kept as it is because
 // recovery could not deal with it; the kubelet's next prepare or unprepare
 // of the claim tries again.
-func (d *Driver) reportProblem(ctx context.Context, entry *checkpoint.PreparedClaim, err error) {
+func (d *Engine) reportProblem(ctx context.Context, entry *checkpoint.PreparedClaim, err error) {
 	klog.FromContext(ctx).Error(err, "Cannot recover claim at start; keeping its checkpoint entry for a retry and serving the other claims",
 		"claim", klog.KRef(entry.Namespace, entry.Name), "claimUID", entry.UID, "state", entry.State, "devices", deviceNames(entry.Devices))
 	if d.opts.Metrics != nil {
@@ -165,7 +165,7 @@ const (
 // RecoveryProblems returns the claims whose checkpoint entries recovery
 // kept unchanged at start, with the reason; an entry leaves the list once a
 // later prepare or unprepare of its claim succeeds.
-func (d *Driver) RecoveryProblems() map[types.UID]string {
+func (d *Engine) RecoveryProblems() map[types.UID]string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return maps.Clone(d.problems)
@@ -183,7 +183,7 @@ func hasReadableSpec(specs []cdi.ClaimSpecInfo) bool {
 // rewriteMissingSpecs writes again the spec of a prepared claim whose spec
 // vanished (removed by hand, unreadable): without it the claim's containers
 // cannot start. It needs the published devices, so it runs in SetDevices.
-func (d *Driver) rewriteMissingSpecs(ctx context.Context) {
+func (d *Engine) rewriteMissingSpecs(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for _, uid := range d.missingSpecs {
 		d.mu.Lock()

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 // Fault points passed to Options.FaultHook: each names the step just done,
 // between two side effects, so a crash test can kill the process there.
@@ -40,7 +40,7 @@ var FaultPoints = []string{
 	FaultRecoverLeakedMIGDestroyed,
 }
 
-func (d *Driver) fault(point string) {
+func (d *Engine) fault(point string) {
 	if d.opts.FaultHook != nil {
 		d.opts.FaultHook(point)
 	}

@@ -2,7 +2,7 @@
 // and unprepares ResourceClaims (kubeletplugin.DRAPlugin) over the devices
 // discovery found, recording progress in a crash-safe checkpoint and handing
 // devices to containers through CDI specs.
-package driver
+package prepare
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
-// Options configure a Driver.
+// Options configure an Engine.
 type Options struct {
 	DriverName string
 	// PoolName is the node's pool; results from other pools are rejected.
@@ -62,10 +62,10 @@ type Options struct {
 	FaultHook func(point string)
 }
 
-// Driver is the DRAPlugin. Claims touching different GPUs are prepared in
+// Engine is the DRAPlugin: the prepare engine. Claims touching different GPUs are prepared in
 // parallel: the only node-wide lock guards the in-memory checkpoint and its
 // (short) save, never device work.
-type Driver struct {
+type Engine struct {
 	opts  Options
 	locks *keyedMutex
 	store checkpoint.Store
@@ -88,15 +88,15 @@ type Driver struct {
 	problems map[types.UID]string
 }
 
-var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+var _ kubeletplugin.DRAPlugin = (*Engine)(nil)
 
 // New builds the driver and reconciles node state left by a previous run:
 // half-prepared claims are rolled back (MIG instances they created are
 // destroyed), CDI specs nobody owns are removed, and a corrupt checkpoint is
 // quarantined and rebuilt from the CDI specs. Discover the devices after New
 // (so they reflect the cleaned-up state) and hand them to SetDevices.
-func New(ctx context.Context, opts Options) (*Driver, error) {
-	d := &Driver{
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	d := &Engine{
 		opts:        opts,
 		devices:     map[string]*devicemodel.Published{},
 		locks:       newKeyedMutex(),
@@ -117,7 +117,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 // SetDevices hands the driver the devices the node publishes, then writes
 // again any CDI spec a prepared claim is missing. Call it once, before the
 // kubelet can reach the driver.
-func (d *Driver) SetDevices(ctx context.Context, devices []devicemodel.Published) {
+func (d *Engine) SetDevices(ctx context.Context, devices []devicemodel.Published) {
 	d.published = devices
 	for i := range devices {
 		d.devices[devices[i].Device.Name] = &devices[i]
@@ -131,14 +131,14 @@ func (d *Driver) SetDevices(ctx context.Context, devices []devicemodel.Published
 // OwnsMIG reports whether the driver created the MIG GPU instance, i.e. a
 // claim in the checkpoint holds it. The device model publishes other
 // instances as static MIG devices.
-func (d *Driver) OwnsMIG(parentUUID string, giID uint32) bool {
+func (d *Engine) OwnsMIG(parentUUID string, giID uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.cp.OwnsMIG(parentUUID, giID)
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
-func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+func (d *Engine) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		start := time.Now()
@@ -156,7 +156,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (d *Engine) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	result := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
 		start, kind := time.Now(), d.claimKind(claim.UID)
@@ -174,7 +174,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 }
 
 // HandleError implements kubeletplugin.DRAPlugin.
-func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+func (d *Engine) HandleError(ctx context.Context, err error, msg string) {
 	utilruntime.HandleErrorWithContext(ctx, err, msg)
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.opts.Fatal != nil {
 		d.opts.Fatal(fmt.Errorf("%s: %w", msg, err))
@@ -182,7 +182,7 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 }
 
 // PreparedClaims returns a copy of the checkpointed claims, for status and tests.
-func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
+func (d *Engine) PreparedClaims() []checkpoint.PreparedClaim {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []checkpoint.PreparedClaim
@@ -193,7 +193,7 @@ func (d *Driver) PreparedClaims() []checkpoint.PreparedClaim {
 }
 
 // save persists the checkpoint; the caller holds d.mu.
-func (d *Driver) save(ctx context.Context) error {
+func (d *Engine) save(ctx context.Context) error {
 	if err := d.store.Save(ctx, d.cp); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}

@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // match wins: a claim can refine what its class sets. A config naming
 // request "req" applies to the subrequests "req/<sub>" of a firstAvailable
 // request too. Nil means no config applies.
-func (d *Driver) requestConfig(claim *resourceapi.ResourceClaim, request string) (gpuv1beta1.Config, error) {
+func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string) (gpuv1beta1.Config, error) {
 	var chosen gpuv1beta1.Config
 	for _, source := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
 		for i, c := range claim.Status.Allocation.Devices.Config {

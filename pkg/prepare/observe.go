@@ -1,4 +1,4 @@
-package driver
+package prepare
 
 import (
 	"context"
@@ -25,7 +25,7 @@ type Health interface {
 // WatchHealthStatus implements kubeletplugin.DRAPlugin: the health
 // monitor's view of every published device, including MIG devices by
 // their instance.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+func (d *Engine) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
 	if d.opts.Health == nil {
 		return kubeletplugin.ErrHealthNotSupported
 	}
@@ -34,12 +34,12 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 
 // HealthDevices maps the published devices to their GPUs (and prepared MIG
 // instances) for health reports and taints.
-func (d *Driver) HealthDevices() []health.Device {
+func (d *Engine) HealthDevices() []health.Device {
 	return health.DevicesFromPublished(d.opts.PoolName, d.published, d.PreparedClaims())
 }
 
 // Holders implements telemetry.HolderSource.
-func (d *Driver) Holders() map[string][]telemetry.Holder {
+func (d *Engine) Holders() map[string][]telemetry.Holder {
 	return telemetry.HoldersFromClaims(d.PreparedClaims(), d.attribution.Consumers)
 }
 
@@ -48,7 +48,7 @@ func (d *Driver) Holders() map[string][]telemetry.Holder {
 // so without this their device metrics would lose the pod and container
 // labels after every plugin restart. Claims are read once each, retrying
 // errors other than NotFound for about a minute.
-func (d *Driver) attributePrepared(ctx context.Context) {
+func (d *Engine) attributePrepared(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for _, c := range d.PreparedClaims() {
 		if c.State != checkpoint.PrepareCompleted {
@@ -81,7 +81,7 @@ func (d *Driver) attributePrepared(ctx context.Context) {
 }
 
 // claimKind is the metrics kind of a prepared claim ("" if not prepared).
-func (d *Driver) claimKind(uid types.UID) string {
+func (d *Engine) claimKind(uid types.UID) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c, ok := d.cp.Get(uid); ok {
@@ -91,7 +91,7 @@ func (d *Driver) claimKind(uid types.UID) string {
 }
 
 // observe records one prepare or unprepare in the driver metrics.
-func (d *Driver) observe(prepare bool, kind string, start time.Time, err error) {
+func (d *Engine) observe(prepare bool, kind string, start time.Time, err error) {
 	m := d.opts.Metrics
 	if m == nil {
 		return
