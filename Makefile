@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 IMAGE_REF ?= gdd.local/gpu-dra-driver:dev
 IMAGE_TAR ?= $(BIN)/gpu-dra-driver-image.tar
 
-.PHONY: help build test check unit campaign fuzz vet bench print-slices clean image demo e2e gpu-check-sim
+.PHONY: help build test check unit campaign crash fuzz vet bench print-slices clean image demo e2e gpu-check-sim
 
 help: ## Show targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ unit: ## Unit, node (kubelet stand-in) and crash tests
 campaign: ## Long fault campaign against the plugin process: make campaign [SEED=N] [OPS=500] [OPEN_BUGS=all|none|a,b]
 	$(GO) test -count=1 -timeout=60m -v -run='^TestCampaign$$' ./test/campaign \
 		-args -ops=$(or $(OPS),500) -seed=$(or $(SEED),0) -open-bugs=$(or $(OPEN_BUGS),all)
+
+crash: ## SIGKILL the plugin mid-prepare/unprepare and check recovery; SEED=N replays a run's random kills: make crash [SEED=N]
+	$(GO) test -count=1 -v -run='^TestCrashConvergence$$' ./test/crash -args -seed=$(or $(SEED),0)
 
 fuzz: ## Fuzz the parameter API decoder for $(FUZZTIME) (corpus checked in)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeDefaultValidate -fuzztime=$(FUZZTIME) ./api/gpu/v1beta1

@@ -3,15 +3,17 @@
 // moments — restarts it, and checks that the node converges: no orphaned
 // CDI specs, no half-prepared checkpoint entries, and the kubelet's retry
 // succeeds.
+//
+// The random moments come from a seed, taken from the clock unless -seed
+// gives one; each test logs it (go test -v, and on failure) and
+// `make crash SEED=N` replays its schedule of kills.
 package crash
 
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -108,14 +110,14 @@ func TestCrashConvergence(t *testing.T) {
 		{prepare: false, crashAt: prepare.FaultUnprepareStarted},
 	}
 	t.Run("whole GPUs", func(t *testing.T) {
-		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12), nil)
+		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12, killSeed(t)), nil)
 	})
 	t.Run("dynamic MIG", func(t *testing.T) {
 		// A MIG claim adds the instance creation in the middle of prepare.
 		migSteps := append([]step{{prepare: true, crashAt: prepare.FaultPrepareMIGCreated}, {prepare: false, crashAt: prepare.FaultUnprepareCDIGone}}, steps...)
 		claim := at.Claim("victim", at.Exactly("mig", "mig."+driverName, 1,
 			`device.attributes["gpu.dra.dev"].parentMinor == 0`, `device.attributes["gpu.dra.dev"].profile == "2g.20gb"`))
-		crashSteps(t, claim, withRandomSteps(migSteps, 8), func(t *testing.T, dirs pluginrun.Dirs, prepared bool) {
+		crashSteps(t, claim, withRandomSteps(migSteps, 8, killSeed(t)), func(t *testing.T, dirs pluginrun.Dirs, prepared bool) {
 			// Nothing leaked, nothing lost: exactly the claim's instance
 			// exists while it is prepared, none once it is not.
 			insts := simInstances(t, dirs, 0)
@@ -132,18 +134,6 @@ func TestCrashConvergence(t *testing.T) {
 			}
 		})
 	})
-}
-
-func withRandomSteps(steps []step, n int) []step {
-	if testing.Short() {
-		n = 2
-	}
-	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
-	steps = slices.Clone(steps)
-	for i := range n {
-		steps = append(steps, step{prepare: i%2 == 0, delay: time.Duration(rng.IntN(4000)) * time.Microsecond})
-	}
-	return steps
 }
 
 func simInstances(t *testing.T, dirs pluginrun.Dirs, gpu int) []nvmlsim.GpuInstanceState {
