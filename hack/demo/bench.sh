@@ -10,7 +10,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
 source hack/demo/lib.sh
-export CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
 
 go build -o bin/bench ./hack/demo/bench
 [[ ${KEEP:-} == 1 ]] || trap demo_down EXIT
