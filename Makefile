@@ -18,10 +18,12 @@ help: ## Show targets
 build: ## Build the binaries into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-vet: ## go vet, and gofmt finds nothing to change
+vet: ## go vet, gofmt finds nothing to change, shellcheck passes the shell scripts
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [[ -n $$unformatted ]]; then echo "gofmt -w these files: $$unformatted" >&2; exit 1; fi
+	@command -v shellcheck >/dev/null || { echo "vet needs shellcheck: apt-get install shellcheck (Debian package)" >&2; exit 1; }
+	shellcheck -x $$(git ls-files -co --exclude-standard '*.sh' .ci/run)
 
 # The chart's admission-policy tests render it with the helm hack/cluster builds, when built.
 CLUSTER_HELM := $(shell hack/cluster/build.sh --print-bin-dir 2>/dev/null)/helm
