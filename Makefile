@@ -49,8 +49,8 @@ check: vet unit fuzz gpu-check-sim ## Everything that needs no cluster: vet, uni
 
 test: check e2e ## Everything CI runs (.ci/run): check, then the e2e suite on a local cluster
 
-bench: build ## Benchmarks, printed as a table (figures go to docs/performance.md)
-	./hack/bench.sh
+bench: build ## Go benchmarks, no cluster, printed as a table (figures go to docs/performance.md; on a cluster: hack/demo/bench-cluster.sh)
+	./hack/bench-go.sh
 
 print-slices: build ## Print the ResourceSlices of a simulated machine: make print-slices MACHINE=dgxh100
 	./$(BIN)/dra-kubelet-plugin --simulate=$(or $(MACHINE),dgxh100) --node-name=$(or $(NODE),node-1) --print-slices

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by hack/demo/{demo,e2e,bench}.sh: bring the local cluster up with the driver
+# Shared by hack/demo/{demo,e2e,bench-cluster}.sh: bring the local cluster up with the driver
 # image, install the chart with simulated GPUs, tear down. Sourced from the repo root.
 
 # shellcheck source=hack/lib/common.sh

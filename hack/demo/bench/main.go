@@ -1,4 +1,4 @@
-// Command bench measures the driver on the local cluster (hack/demo/bench.sh sets it
+// Command bench measures the driver on the local cluster (hack/demo/bench-cluster.sh sets it
 // up):
 //
 //   - start latency: 50 pods, each with a one-GPU claim from a template, created one
