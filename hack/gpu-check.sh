@@ -98,7 +98,7 @@ run() {
 	else
 		tail -20 "$OUT/gpu-check.log"
 	fi
-	echo "gpu-check: exit $rc after $(($(date +%s) - start))s; report in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+	echo "gpu-check: exit $rc after $(($(date +%s) - start))s; report in $OUT: $(find "$OUT" -mindepth 1 -maxdepth 1 -printf '%f ')"
 	return "$rc"
 }
 

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cliflags"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 func main() {

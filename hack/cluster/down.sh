@@ -30,7 +30,7 @@ while (($#)); do
 	--purge) purge=true ;;
 	--quiet) quiet=true ;;
 	-h | --help)
-		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		gdd_usage
 		exit 0
 		;;
 	*) gdd_die "unknown argument $1 (see --help)" ;;

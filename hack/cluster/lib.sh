@@ -1,7 +1,9 @@
 # shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this
 # Shared settings for hack/cluster/*.sh. Sourced, not executed.
 
-GDD_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+
 GDD_TOOLS_DIR=$GDD_REPO_ROOT/hack/tools
 GDD_K8S_VERSION=v1.37.2
 GDD_CONTAINERD_VERSION=v2.4.2
@@ -23,22 +25,3 @@ GDD_IMAGES=$GDD_CLUSTER_CACHE/images
 # Image references of the images built by build.sh and imported by up.sh.
 GDD_PAUSE_IMAGE=gdd.local/pause:v1
 GDD_DEMO_IMAGE=gdd.local/demo:v1
-
-gdd_start_time=${gdd_start_time:-$(date +%s)}
-
-# gdd_log prints a progress line with the time since the script started.
-gdd_log() {
-	local now
-	now=$(date +%s)
-	printf '[%s +%4ss] %s\n' "$(date +%H:%M:%S)" "$((now - gdd_start_time))" "$*" >&2
-}
-
-gdd_die() {
-	gdd_log "ERROR: $*"
-	exit 1
-}
-
-# gdd_fmt_duration prints a number of seconds as 1m23s.
-gdd_fmt_duration() {
-	printf '%dm%02ds' "$(($1 / 60))" "$(($1 % 60))"
-}

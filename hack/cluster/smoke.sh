@@ -20,7 +20,7 @@ for a in "$@"; do
 	case $a in
 	--keep) keep=true ;;
 	-h | --help)
-		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		gdd_usage
 		exit 0
 		;;
 	*) args+=("$a") ;;

@@ -12,7 +12,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
 source hack/demo/lib.sh
-export CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
 
 args=("$@")
 if [[ ${KEEP:-} == 1 ]]; then
@@ -27,6 +26,6 @@ demo_up --set logVerbosity=2
 rc=0
 ./bin/demo "${args[@]}" || rc=$?
 if [[ ${KEEP:-} == 1 ]]; then
-	demo_log "KEEP=1: the cluster keeps running. source $GDD_STATE_DIR/env; kubectl get pods -A; hack/cluster/down.sh"
+	gdd_log "KEEP=1: the cluster keeps running. source $GDD_STATE_DIR/env; kubectl get pods -A; hack/cluster/down.sh"
 fi
 exit "$rc"

@@ -9,12 +9,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
 source hack/demo/lib.sh
-export CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
 
 on_exit() {
 	local rc=$?
 	if ((rc != 0)) && [[ -n ${KUBECONFIG:-} ]]; then
-		demo_log "e2e failed; the plugin's last log lines:"
+		gdd_log "e2e failed; the plugin's last log lines:"
 		kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2 || true
 	fi
 	[[ ${KEEP:-} == 1 ]] || demo_down
@@ -26,7 +25,7 @@ go build -o bin/ ./cmd/kubectl-gpu
 trap on_exit EXIT
 # shellcheck disable=SC2119 # no extra helm arguments
 demo_up
-demo_log "running test/e2e"
+gdd_log "running test/e2e"
 E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_NAMESPACE \
 	E2E_KUBELET_DIR=$GDD_STATE_DIR/kubelet E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \

@@ -1,6 +1,10 @@
 # shellcheck shell=bash
-# Shared by hack/demo/{demo,e2e,bench}.sh: bring the local cluster up with the driver
+# Shared by hack/demo/{demo,e2e,bench-cluster}.sh: bring the local cluster up with the driver
 # image, install the chart with simulated GPUs, tear down. Sourced from the repo root.
+
+# shellcheck source=hack/lib/common.sh
+source hack/lib/common.sh
+gdd_go_env
 
 GDD_STATE_DIR=${GDD_STATE_DIR:-/tmp/gdd}
 export GDD_STATE_DIR
@@ -14,12 +18,6 @@ DEMO_HEALTH_RECOVERY_WINDOW=${DEMO_HEALTH_RECOVERY_WINDOW:-30s}
 # Seconds to wait for a cluster that someone else runs on this machine to go away
 # (only one can run); 0 fails at once.
 GDD_WAIT_FOR_CLUSTER=${GDD_WAIT_FOR_CLUSTER:-0}
-
-demo_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-demo_die() {
-	demo_log "ERROR: $*"
-	exit 1
-}
 
 # demo_cluster_pids prints the PIDs of cluster processes running on this machine.
 demo_cluster_pids() {
@@ -36,15 +34,15 @@ demo_wait_no_cluster() {
 	local waited=0
 	exec {DEMO_LOCK_FD}>"${GDD_STATE_DIR%/}.lock"
 	if ! flock -n "$DEMO_LOCK_FD"; then
-		demo_log "another hack/demo script runs; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it"
+		gdd_log "another hack/demo script runs; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it"
 		flock -w "$GDD_WAIT_FOR_CLUSTER" "$DEMO_LOCK_FD" ||
-			demo_die "another hack/demo script still runs after ${GDD_WAIT_FOR_CLUSTER}s (lock ${GDD_STATE_DIR%/}.lock)"
+			gdd_die "another hack/demo script still runs after ${GDD_WAIT_FOR_CLUSTER}s (lock ${GDD_STATE_DIR%/}.lock)"
 	fi
 	while [[ -n $(demo_cluster_pids) ]]; do
 		if ((waited >= GDD_WAIT_FOR_CLUSTER)); then
-			demo_die "a Kubernetes cluster already runs on this machine (pids $(demo_cluster_pids | tr '\n' ' ')); stop it with hack/cluster/down.sh if it is yours, or set GDD_WAIT_FOR_CLUSTER=<seconds> to wait for it"
+			gdd_die "a Kubernetes cluster already runs on this machine (pids $(demo_cluster_pids | tr '\n' ' ')); stop it with hack/cluster/down.sh if it is yours, or set GDD_WAIT_FOR_CLUSTER=<seconds> to wait for it"
 		fi
-		((waited == 0)) && demo_log "another cluster runs on this machine; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it to stop"
+		((waited == 0)) && gdd_log "another cluster runs on this machine; waiting up to ${GDD_WAIT_FOR_CLUSTER}s for it to stop"
 		sleep 10
 		waited=$((waited + 10))
 	done
@@ -54,10 +52,10 @@ demo_wait_no_cluster() {
 # Extra arguments go to helm.
 demo_up() {
 	local image log
-	demo_log "building the driver image"
+	gdd_log "building the driver image"
 	image=$(hack/demo/image.sh)
 	demo_wait_no_cluster
-	demo_log "starting the local cluster (state dir $GDD_STATE_DIR)"
+	gdd_log "starting the local cluster (state dir $GDD_STATE_DIR)"
 	log=$(mktemp)
 	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --image "$PWD/$image" 2> >(tee "$log" >&2) >/dev/null; then
 		sleep 0.2 # let tee finish
@@ -67,7 +65,7 @@ demo_up() {
 			DEMO_STARTED_CLUSTER=1
 		fi
 		rm -f "$log"
-		demo_die "hack/cluster/up.sh failed"
+		gdd_die "hack/cluster/up.sh failed"
 	fi
 	rm -f "$log"
 	DEMO_STARTED_CLUSTER=1
@@ -79,7 +77,7 @@ demo_up() {
 # demo_install installs (or upgrades) the chart with simulated GPUs and waits for the
 # plugin to publish its slices.
 demo_install() {
-	demo_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE, kubeletDir=$GDD_STATE_DIR/kubelet, health recovery window $DEMO_HEALTH_RECOVERY_WINDOW)"
+	gdd_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE, kubeletDir=$GDD_STATE_DIR/kubelet, health recovery window $DEMO_HEALTH_RECOVERY_WINDOW)"
 	helm upgrade --install "$DEMO_RELEASE" "$DEMO_CHART" -n "$DEMO_NAMESPACE" --create-namespace \
 		--set simulate="$DEMO_SIMULATE" --set kubeletDir="$GDD_STATE_DIR/kubelet" \
 		--set kubeletPlugin.health.recoveryWindow="$DEMO_HEALTH_RECOVERY_WINDOW" \
@@ -87,22 +85,22 @@ demo_install() {
 	local _
 	for _ in $(seq 1 120); do
 		if [[ -n $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev -o name 2>/dev/null) ]]; then
-			demo_log "driver running: $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev --no-headers | wc -l) ResourceSlices published"
+			gdd_log "driver running: $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev --no-headers | wc -l) ResourceSlices published"
 			return 0
 		fi
 		sleep 1
 	done
 	kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=30 >&2 || true
-	demo_die "the kubelet plugin published no ResourceSlices"
+	gdd_die "the kubelet plugin published no ResourceSlices"
 }
 
 # demo_down stops the cluster, but only one that demo_up started: a script that failed
 # or was interrupted while waiting for someone else's cluster leaves that one alone.
 demo_down() {
 	if [[ ${DEMO_STARTED_CLUSTER:-} != 1 ]]; then
-		demo_log "not stopping the local cluster: this script did not start it"
+		gdd_log "not stopping the local cluster: this script did not start it"
 		return 0
 	fi
-	demo_log "stopping the local cluster"
-	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet || demo_log "down.sh failed; run hack/cluster/down.sh"
+	gdd_log "stopping the local cluster"
+	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet || gdd_log "down.sh failed; run hack/cluster/down.sh"
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 )
 
 func TestWriteFile(t *testing.T) {
@@ -63,7 +65,7 @@ func TestWriteFile(t *testing.T) {
 			if string(got) != string(tc.want) {
 				t.Errorf("content = %q, want %q", got, tc.want)
 			}
-			assertOnlyFiles(t, dir, "state.json")
+			testfs.AssertEntries(t, dir, "state.json")
 			if tc.wantErr == nil {
 				fi, err := os.Stat(path)
 				if err != nil {
@@ -100,7 +102,7 @@ func TestRemoveTemps(t *testing.T) {
 	if err := RemoveTemps(path); err != nil {
 		t.Fatalf("RemoveTemps: %v", err)
 	}
-	assertOnlyFiles(t, dir, ".other.json.tmp-1", "state[1].json")
+	testfs.AssertEntries(t, dir, ".other.json.tmp-1", "state[1].json")
 }
 
 func TestIsTemp(t *testing.T) {
@@ -126,34 +128,12 @@ func TestRemoveAndRename(t *testing.T) {
 	if err := Rename(a, b); err != nil {
 		t.Fatalf("Rename: %v", err)
 	}
-	assertOnlyFiles(t, dir, "b")
+	testfs.AssertEntries(t, dir, "b")
 	if err := Remove(b); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
 	if err := Remove(b); err != nil {
 		t.Fatalf("Remove of a missing file: %v", err)
 	}
-	assertOnlyFiles(t, dir)
-}
-
-// assertOnlyFiles fails the test unless dir holds exactly the named entries.
-func assertOnlyFiles(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make(map[string]bool, len(names))
-	for _, n := range names {
-		want[n] = true
-	}
-	for _, e := range entries {
-		if !want[e.Name()] {
-			t.Errorf("unexpected file %s in %s", e.Name(), dir)
-		}
-		delete(want, e.Name())
-	}
-	for n := range want {
-		t.Errorf("missing file %s in %s", n, dir)
-	}
+	testfs.AssertEntries(t, dir)
 }

@@ -19,6 +19,8 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 )
 
 const testClaimUID = types.UID("4b0c2b8e-6d1f-4c3a-9e57-0f1d2c3b4a59")
@@ -102,7 +104,7 @@ func TestWriteClaimSpecAndInject(t *testing.T) {
 	if diff := gocmp.Diff(wantIDs, ids); diff != "" {
 		t.Fatalf("CDI IDs (-want +got):\n%s", diff)
 	}
-	assertDir(t, specDir, "k8s.gpu.dra.dev-gpu_"+string(testClaimUID)+".json")
+	testfs.AssertEntries(t, specDir, "k8s.gpu.dra.dev-gpu_"+string(testClaimUID)+".json")
 
 	t.Run("all devices", func(t *testing.T) {
 		spec := inject(t, specDir, ids...)
@@ -211,7 +213,7 @@ func TestWriteClaimSpecRewrite(t *testing.T) {
 	if got := cache.ListDevices(); !slices.Equal(got, ids3) {
 		t.Errorf("devices after rewrite = %v, want %v", got, ids3)
 	}
-	assertDir(t, specDir, filepath.Base(specPath))
+	testfs.AssertEntries(t, specDir, filepath.Base(specPath))
 }
 
 func TestRemoveClaimSpec(t *testing.T) {
@@ -230,7 +232,7 @@ func TestRemoveClaimSpec(t *testing.T) {
 			t.Fatalf("RemoveClaimSpec: %v", err)
 		}
 	}
-	assertDir(t, specDir)
+	testfs.AssertEntries(t, specDir)
 	if err := w.RemoveClaimSpec(ctx, "../etc"); err == nil {
 		t.Error("RemoveClaimSpec accepted a UID with a path in it")
 	}
@@ -530,20 +532,5 @@ func assertEnv(t *testing.T, spec *oci.Spec, want ...string) {
 	slices.Sort(want)
 	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
-	}
-}
-
-func assertDir(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range entries {
-		got = append(got, e.Name())
-	}
-	if diff := gocmp.Diff(names, got); diff != "" {
-		t.Errorf("files in %s (-want +got):\n%s", dir, diff)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 )
 
 // rawJSONEqual compares json.RawMessage values by meaning: Save indents the
@@ -350,7 +352,7 @@ func TestSaveNeverLeavesPartialFile(t *testing.T) {
 	if err := <-readErr; err != nil {
 		t.Fatalf("read a partial checkpoint during Save: %v", err)
 	}
-	assertDirHolds(t, dir, "checkpoint.json")
+	testfs.AssertEntries(t, dir, "checkpoint.json")
 }
 
 func TestSaveFailureKeepsPreviousFile(t *testing.T) {
@@ -380,7 +382,7 @@ func TestSaveFailureKeepsPreviousFile(t *testing.T) {
 	if !bytes.Equal(before, after) {
 		t.Error("failed Save changed the checkpoint file")
 	}
-	assertDirHolds(t, dir, "checkpoint.json")
+	testfs.AssertEntries(t, dir, "checkpoint.json")
 }
 
 func TestLoadRemovesLeftoverTemps(t *testing.T) {
@@ -392,7 +394,7 @@ func TestLoadRemovesLeftoverTemps(t *testing.T) {
 	if _, err := NewFileStore(path).Load(context.Background()); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	assertDirHolds(t, dir)
+	testfs.AssertEntries(t, dir)
 }
 
 func TestCanceledContext(t *testing.T) {
@@ -506,20 +508,4 @@ func copyToTemp(t *testing.T, fixture string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// assertDirHolds fails the test unless dir holds exactly the named entries.
-func assertDirHolds(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range entries {
-		got = append(got, e.Name())
-	}
-	if diff := cmp.Diff(names, got); diff != "" {
-		t.Errorf("files in %s (-want +got):\n%s", dir, diff)
-	}
 }

@@ -13,10 +13,12 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 // prepare runs the real plugin (pkg/nodeplugin) behind the guard against a fake
@@ -25,7 +27,7 @@ import (
 // unprepares it over the plugin's unix sockets. Every host path the CDI
 // spec names (device nodes, libraries, binaries, hooks) must exist.
 func (c *check) prepare(ctx context.Context, r *Report) error {
-	dirs, err := plugintest.NewDirs(filepath.Join(c.work, "n"))
+	dirs, err := pluginrun.NewDirs(filepath.Join(c.work, "n"))
 	if err != nil {
 		return err
 	}
@@ -43,13 +45,13 @@ func (c *check) prepare(ctx context.Context, r *Report) error {
 	cfg.PluginDataDir, cfg.RegistrarDir, cfg.CDIDir = dirs.PluginData, dirs.Registrar, dirs.CDI
 	cfg.MPSDir = filepath.Join(dirs.Root, "mps")
 	cfg.HealthRecoveryWindow = time.Minute
-	cfg.KubeClient = plugintest.FakeClient(c.cfg.NodeName, claim)
+	cfg.KubeClient = apiserver.NodeClient(c.cfg.NodeName, claim)
 	cfg.WrapNVML = c.guard.Wrap
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	start := time.Now()
-	plugin, err := plugintest.Start(ctx, cfg)
+	plugin, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("start the plugin: %w", err)
 	}

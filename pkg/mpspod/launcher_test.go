@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/fakeapi"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/podkubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/mpscontrol"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
@@ -48,7 +49,7 @@ type rig struct {
 	client  *fake.Clientset
 	opts    sharing.MPSOptions
 	gpu     sharing.DeviceRef
-	kubelet *fakeapi.Kubelet
+	kubelet *podkubelet.Kubelet
 }
 
 func newRig(t *testing.T) *rig {
@@ -72,8 +73,8 @@ func newRig(t *testing.T) *rig {
 	}
 	t.Cleanup(func() { machine.Shutdown() })
 	client := fake.NewClientset()
-	fakeapi.GenerateNames(client)
-	kubelet, err := fakeapi.StartKubelet(client, namespace)
+	apiserver.GenerateNames(client)
+	kubelet, err := podkubelet.Start(client, namespace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
@@ -41,9 +41,9 @@ var (
 	flagOpenBugs = flag.String("open-bugs", "all", "fault kinds that hit crash-safety bugs still open in pkg/prepare to inject: all, none, or a comma-separated list of "+strings.Join(openBugs, ","))
 )
 
-// TestMain doubles as the plugin process (internal/pluginproc).
+// TestMain doubles as the plugin process (internal/pluginrun/childproc).
 func TestMain(m *testing.M) {
-	pluginproc.RunIfChild(runChild)
+	childproc.RunIfChild(runChild)
 	os.Exit(simnode.Main(m))
 }
 
@@ -97,7 +97,7 @@ type run struct {
 	calm bool
 	// bugs are the enabled open-bug fault kinds.
 	bugs    map[string]bool
-	dirs    plugintest.Dirs
+	dirs    pluginrun.Dirs
 	cluster *at.Cluster
 	uuids   []string
 	// static are the MIG instances an admin made before the plugin ran.
@@ -105,7 +105,7 @@ type run struct {
 	claims map[string]*claim // live claims by UID
 	names  int
 
-	child *pluginproc.Child
+	child *childproc.Child
 	// armed is the fault point the running plugin dies at ("": none).
 	armed string
 	// lost are the GPUs lost now; unpublished those lost when the running
@@ -134,11 +134,11 @@ func newRun(t *testing.T, seed uint64, bugs map[string]bool) *run {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	dirs, err := plugintest.NewDirs(root)
+	dirs, err := pluginrun.NewDirs(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plugintest.BuildMPSControl(dirs.Root); err != nil {
+	if _, err := pluginrun.BuildMPSControl(dirs.Root); err != nil {
 		t.Fatal(err)
 	}
 	// An admin partitioned GPU 7 before the plugin ran: the plugin must
@@ -218,14 +218,14 @@ func (r *run) start() {
 	}
 	if r.bugs[bugKillInRecovery] && r.rng.IntN(6) == 0 {
 		r.fault("kill-at-startup", "")
-		if _, err := pluginproc.StartKilledAfter(r.dirs, r.armed, time.Duration(r.rng.IntN(400))*time.Millisecond); err != nil {
+		if _, err := childproc.StartKilledAfter(r.dirs, r.armed, time.Duration(r.rng.IntN(400))*time.Millisecond); err != nil {
 			r.t.Fatal(err)
 		}
 		r.takeHit()
 	}
 	var failed []string
 	for {
-		c, err := pluginproc.Start(r.dirs, r.armed, startTimeout)
+		c, err := childproc.Start(r.dirs, r.armed, startTimeout)
 		if err == nil {
 			r.child = c
 			break
@@ -289,7 +289,7 @@ func (r *run) restoreOffline() {
 // takeHit counts the fault point a plugin died at, if it did, and
 // returns it.
 func (r *run) takeHit() string {
-	p, ok := pluginproc.TakeHit(r.dirs)
+	p, ok := childproc.TakeHit(r.dirs)
 	if ok {
 		r.hits[p]++
 		r.fault("kill-at-point", "@"+p)
@@ -364,7 +364,7 @@ func (r *run) fileFaultEnabled(fault string) bool {
 	return true
 }
 
-func dead(c *pluginproc.Child, wait time.Duration) bool {
+func dead(c *childproc.Child, wait time.Duration) bool {
 	select {
 	case <-c.Done():
 		return true
@@ -374,8 +374,8 @@ func dead(c *pluginproc.Child, wait time.Duration) bool {
 }
 
 // lastLine is the plugin's last words.
-func lastLine(dirs plugintest.Dirs) string {
-	lines := strings.Split(strings.TrimRight(pluginproc.Log(dirs), "\n"), "\n")
+func lastLine(dirs pluginrun.Dirs) string {
+	lines := strings.Split(strings.TrimRight(childproc.Log(dirs), "\n"), "\n")
 	return lines[len(lines)-1]
 }
 

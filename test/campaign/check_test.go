@@ -14,7 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 )
@@ -42,7 +42,7 @@ type nodeView struct {
 	exclusive map[int]bool
 }
 
-func readNode(dirs plugintest.Dirs, uuids []string) (*nodeView, error) {
+func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 	v := &nodeView{specs: map[string]cdi.ClaimSpecInfo{}, daemons: map[string]bool{}, timeslice: map[int]int{}, exclusive: map[int]bool{}}
 	var err error
 	if v.cp, err = checkpoint.NewFileStore(checkpointPath(dirs)).Load(ctxBackground()); err != nil {

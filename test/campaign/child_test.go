@@ -22,8 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -61,13 +62,13 @@ func claimFile(root, namespace, name string) string {
 // runChild is the plugin process: the real plugin over the campaign's node
 // directories, dying at the fault point it was started with.
 func runChild(root string) error {
-	dirs, err := plugintest.NewDirs(root)
+	dirs, err := pluginrun.NewDirs(root)
 	if err != nil {
 		return err
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.MPSControl = filepath.Join(root, mpsControl)
-	client := plugintest.FakeClient(nodeName)
+	client := apiserver.NodeClient(nodeName)
 	client.PrependReactor("get", "resourceclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		get := a.(k8stesting.GetAction)
 		data, err := os.ReadFile(claimFile(root, get.GetNamespace(), get.GetName()))
@@ -82,9 +83,9 @@ func runChild(root string) error {
 	})
 	cfg.KubeClient = client
 	go mirrorSlices(root, client)
-	cfg.FaultHook = pluginproc.KillAt(root, pluginproc.CrashAt())
+	cfg.FaultHook = childproc.KillAt(root, childproc.CrashAt())
 	cfg.SimulationHook = func(m *nvmlsim.Machine) { go obeyControl(root, m) }
-	return pluginproc.Serve(cfg)
+	return childproc.Serve(cfg)
 }
 
 // obeyControl applies the campaign's control commands to the simulated

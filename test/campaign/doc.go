@@ -1,5 +1,5 @@
 // Package campaign is a seeded, replayable fault campaign against the real
-// kubelet plugin: the plugin runs as a child process (internal/pluginproc)
+// kubelet plugin: the plugin runs as a child process (internal/pluginrun/childproc)
 // on a simulated dgxh100 whose state persists across restarts
 // (pkg/nvmlsim), the kubelet stand-in calls it over its real sockets, and
 // claims for whole GPUs, dynamic MIG devices, time-slicing and MPS shares

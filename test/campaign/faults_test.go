@@ -12,11 +12,11 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 // faultPoints are the driver's fault points, each of which the campaign
@@ -34,18 +34,18 @@ const (
 
 var fileFaults = []string{fileCheckpointDelete, fileCheckpointCorrupt, fileCheckpointTruncate, fileSpecDelete, fileSpecCorrupt}
 
-func checkpointPath(dirs plugintest.Dirs) string {
+func checkpointPath(dirs pluginrun.Dirs) string {
 	return filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
 }
 
-func statePath(dirs plugintest.Dirs) string {
+func statePath(dirs pluginrun.Dirs) string {
 	return filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")
 }
 
 // applyFileFault damages the checkpoint or a CDI spec. It returns the
 // claim UID whose spec it damaged (spec faults), and false when there was
 // nothing to damage.
-func applyFileFault(rng *rand.Rand, dirs plugintest.Dirs, fault string) (string, bool, error) {
+func applyFileFault(rng *rand.Rand, dirs pluginrun.Dirs, fault string) (string, bool, error) {
 	switch fault {
 	case fileCheckpointDelete:
 		err := os.Remove(checkpointPath(dirs))
@@ -92,7 +92,7 @@ func damage(rng *rand.Rand, path string, truncate bool) (bool, error) {
 
 // simMachine opens the simulated machine's persisted state, as the plugin
 // left it.
-func simMachine(dirs plugintest.Dirs) (*nvmlsim.Machine, error) {
+func simMachine(dirs pluginrun.Dirs) (*nvmlsim.Machine, error) {
 	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName), nvmlsim.WithStateFile(statePath(dirs)))
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func simMachine(dirs plugintest.Dirs) (*nvmlsim.Machine, error) {
 
 // setLostOffline marks GPUs lost or back in the persisted state, while
 // the plugin is down (a GPU that falls off the bus during a restart).
-func setLostOffline(dirs plugintest.Dirs, gpus map[int]bool) error {
+func setLostOffline(dirs pluginrun.Dirs, gpus map[int]bool) error {
 	m, err := simMachine(dirs)
 	if err != nil {
 		return err
@@ -121,7 +121,7 @@ func setLostOffline(dirs plugintest.Dirs, gpus map[int]bool) error {
 
 // sendControl hands a command to the running plugin and waits until it
 // applied it.
-func sendControl(dirs plugintest.Dirs, cmd nvmlCommand, done <-chan struct{}) error {
+func sendControl(dirs pluginrun.Dirs, cmd nvmlCommand, done <-chan struct{}) error {
 	data, err := json.Marshal(cmd)
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
@@ -273,7 +273,7 @@ func (r *run) report() {
 	if len(r.violations) > 0 {
 		// The node's directories go with the test; the plugin's log stays.
 		keep := filepath.Join(os.TempDir(), fmt.Sprintf("campaign-%d-plugin.log", r.seed))
-		if err := os.WriteFile(keep, []byte(pluginproc.Log(r.dirs)), 0o644); err == nil {
+		if err := os.WriteFile(keep, []byte(childproc.Log(r.dirs)), 0o644); err == nil {
 			fmt.Printf("campaign: plugin log: %s\n", keep)
 		}
 		r.t.Errorf("%d invariant violations (seed %d; replay: make campaign SEED=%d OPS=%d)", len(r.violations), r.seed, r.seed, target)

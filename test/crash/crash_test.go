@@ -3,15 +3,17 @@
 // moments — restarts it, and checks that the node converges: no orphaned
 // CDI specs, no half-prepared checkpoint entries, and the kubelet's retry
 // succeeds.
+//
+// The random moments come from a seed, taken from the clock unless -seed
+// gives one; each test logs it (go test -v, and on failure) and
+// `make crash SEED=N` replays its schedule of kills.
 package crash
 
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -19,14 +21,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 const (
@@ -37,9 +40,9 @@ const (
 	claimsFile = "claims.json"
 )
 
-// TestMain doubles as the plugin process (internal/pluginproc).
+// TestMain doubles as the plugin process (internal/pluginrun/childproc).
 func TestMain(m *testing.M) {
-	pluginproc.RunIfChild(runChild)
+	childproc.RunIfChild(runChild)
 	os.Exit(simnode.Main(m))
 }
 
@@ -52,40 +55,40 @@ func runChild(root string) error {
 	if err := json.Unmarshal(data, &claims); err != nil {
 		return err
 	}
-	dirs, err := plugintest.NewDirs(root)
+	dirs, err := pluginrun.NewDirs(root)
 	if err != nil {
 		return err
 	}
 	cfg := dirs.Config(machine, nodeName)
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)
-	cfg.FaultHook = pluginproc.KillAt(root, pluginproc.CrashAt())
-	return pluginproc.Serve(cfg)
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claims...)
+	cfg.FaultHook = childproc.KillAt(root, childproc.CrashAt())
+	return childproc.Serve(cfg)
 }
 
-func startChild(t testing.TB, dirs plugintest.Dirs, crashAt string) *pluginproc.Child {
+func startChild(t testing.TB, dirs pluginrun.Dirs, crashAt string) *childproc.Child {
 	t.Helper()
 	return startChildOf(t, os.Args[0], dirs, crashAt)
 }
 
 // startChildOf starts bin, a build of this package (possibly of another
 // release), as the plugin and registers with it.
-func startChildOf(t testing.TB, bin string, dirs plugintest.Dirs, crashAt string) *pluginproc.Child {
+func startChildOf(t testing.TB, bin string, dirs pluginrun.Dirs, crashAt string) *childproc.Child {
 	t.Helper()
-	c, err := pluginproc.StartBinary(bin, dirs, crashAt, 30*time.Second)
+	c, err := childproc.StartBinary(bin, dirs, crashAt, 30*time.Second)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, pluginLog(dirs))
 	}
 	return c
 }
 
-func stopChild(t testing.TB, c *pluginproc.Child) {
+func stopChild(t testing.TB, c *childproc.Child) {
 	t.Helper()
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}
 }
 
-func pluginLog(dirs plugintest.Dirs) string { return pluginproc.Log(dirs) }
+func pluginLog(dirs pluginrun.Dirs) string { return childproc.Log(dirs) }
 
 // step is one crash experiment: an operation and where it dies.
 type step struct {
@@ -107,14 +110,14 @@ func TestCrashConvergence(t *testing.T) {
 		{prepare: false, crashAt: prepare.FaultUnprepareStarted},
 	}
 	t.Run("whole GPUs", func(t *testing.T) {
-		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12), nil)
+		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12, killSeed(t)), nil)
 	})
 	t.Run("dynamic MIG", func(t *testing.T) {
 		// A MIG claim adds the instance creation in the middle of prepare.
 		migSteps := append([]step{{prepare: true, crashAt: prepare.FaultPrepareMIGCreated}, {prepare: false, crashAt: prepare.FaultUnprepareCDIGone}}, steps...)
 		claim := at.Claim("victim", at.Exactly("mig", "mig."+driverName, 1,
 			`device.attributes["gpu.dra.dev"].parentMinor == 0`, `device.attributes["gpu.dra.dev"].profile == "2g.20gb"`))
-		crashSteps(t, claim, withRandomSteps(migSteps, 8), func(t *testing.T, dirs plugintest.Dirs, prepared bool) {
+		crashSteps(t, claim, withRandomSteps(migSteps, 8, killSeed(t)), func(t *testing.T, dirs pluginrun.Dirs, prepared bool) {
 			// Nothing leaked, nothing lost: exactly the claim's instance
 			// exists while it is prepared, none once it is not.
 			insts := simInstances(t, dirs, 0)
@@ -133,19 +136,7 @@ func TestCrashConvergence(t *testing.T) {
 	})
 }
 
-func withRandomSteps(steps []step, n int) []step {
-	if testing.Short() {
-		n = 2
-	}
-	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
-	steps = slices.Clone(steps)
-	for i := range n {
-		steps = append(steps, step{prepare: i%2 == 0, delay: time.Duration(rng.IntN(4000)) * time.Microsecond})
-	}
-	return steps
-}
-
-func simInstances(t *testing.T, dirs plugintest.Dirs, gpu int) []nvmlsim.GpuInstanceState {
+func simInstances(t *testing.T, dirs pluginrun.Dirs, gpu int) []nvmlsim.GpuInstanceState {
 	t.Helper()
 	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(nodeName),
 		nvmlsim.WithStateFile(filepath.Join(dirs.PluginData, "simulated-"+machine, "nvml-state.json")))
@@ -157,8 +148,8 @@ func simInstances(t *testing.T, dirs plugintest.Dirs, gpu int) []nvmlsim.GpuInst
 
 // crashSteps runs the steps on one claim, checking the checkpoint and CDI
 // invariants, and checkHW (if set) against the simulated hardware.
-func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []step, checkHW func(*testing.T, plugintest.Dirs, bool)) {
-	dirs, err := plugintest.NewDirs(t.TempDir())
+func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []step, checkHW func(*testing.T, pluginrun.Dirs, bool)) {
+	dirs, err := pluginrun.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +164,7 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 		t.Fatal(err)
 	}
 	if checkHW == nil {
-		checkHW = func(*testing.T, plugintest.Dirs, bool) {}
+		checkHW = func(*testing.T, pluginrun.Dirs, bool) {}
 	}
 
 	ctx := context.Background()
@@ -229,7 +220,7 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 
 // checkConsistent asserts the invariant a restart must establish: no
 // half-prepared claims, and a spec exists exactly for completed claims.
-func checkConsistent(t *testing.T, dirs plugintest.Dirs, uid types.UID) {
+func checkConsistent(t *testing.T, dirs pluginrun.Dirs, uid types.UID) {
 	t.Helper()
 	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)).Load(context.Background())
 	if err != nil {
@@ -245,7 +236,7 @@ func checkConsistent(t *testing.T, dirs plugintest.Dirs, uid types.UID) {
 	}
 }
 
-func hasSpec(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
+func hasSpec(t *testing.T, dirs pluginrun.Dirs, uid types.UID) bool {
 	t.Helper()
 	matches, err := filepath.Glob(filepath.Join(dirs.CDI, "*"+string(uid)+"*"))
 	if err != nil {
@@ -254,7 +245,7 @@ func hasSpec(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
 	return len(matches) > 0
 }
 
-func completed(t *testing.T, dirs plugintest.Dirs, uid types.UID) bool {
+func completed(t *testing.T, dirs pluginrun.Dirs, uid types.UID) bool {
 	t.Helper()
 	cp, err := checkpoint.NewFileStore(filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)).Load(context.Background())
 	if err != nil {

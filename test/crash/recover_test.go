@@ -15,13 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 // TestRecoveryCrash kills the plugin at each step of its own recovery (a
@@ -30,16 +30,16 @@ import (
 // happened: the prepared claim stays prepared with its MIG instance, the
 // interrupted one is rolled back, and unprepare later finds everything.
 func TestRecoveryCrash(t *testing.T) {
-	corrupt := func(t *testing.T, dirs plugintest.Dirs) {
+	corrupt := func(t *testing.T, dirs pluginrun.Dirs) {
 		writeFile(t, checkpointPath(dirs), `{"version":"v1","checksum":"sha256:00","data":{"claims":{}}}`)
 	}
-	deleted := func(t *testing.T, dirs plugintest.Dirs) {
+	deleted := func(t *testing.T, dirs pluginrun.Dirs) {
 		if err := os.Remove(checkpointPath(dirs)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tests := map[string]struct {
-		damage func(*testing.T, plugintest.Dirs)
+		damage func(*testing.T, pluginrun.Dirs)
 		// interrupt leaves the second claim half-prepared.
 		interrupt bool
 		// orphan adds an unreadable spec named like the driver's.
@@ -200,7 +200,7 @@ func TestCorruptCheckpointLeaksNoMIG(t *testing.T) {
 
 // createStaticMIG partitions GPU gpu as an admin would before the plugin
 // starts, and returns the GPU instance ID.
-func createStaticMIG(t *testing.T, dirs plugintest.Dirs, gpu int) uint32 {
+func createStaticMIG(t *testing.T, dirs pluginrun.Dirs, gpu int) uint32 {
 	t.Helper()
 	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {
@@ -223,9 +223,9 @@ func createStaticMIG(t *testing.T, dirs plugintest.Dirs, gpu int) uint32 {
 
 // recoverySetup allocates two MIG claims, on GPUs 0 and 1, and writes them
 // where the child finds them.
-func recoverySetup(t *testing.T) (plugintest.Dirs, *resourceapi.ResourceClaim, *resourceapi.ResourceClaim) {
+func recoverySetup(t *testing.T) (pluginrun.Dirs, *resourceapi.ResourceClaim, *resourceapi.ResourceClaim) {
 	t.Helper()
-	dirs, err := plugintest.NewDirs(t.TempDir())
+	dirs, err := pluginrun.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,9 +246,9 @@ func recoverySetup(t *testing.T) (plugintest.Dirs, *resourceapi.ResourceClaim, *
 
 // startCrashingChild starts a plugin that is expected to die at crashAt
 // before it registers (during recovery).
-func startCrashingChild(t *testing.T, dirs plugintest.Dirs, crashAt string) *pluginproc.Child {
+func startCrashingChild(t *testing.T, dirs pluginrun.Dirs, crashAt string) *childproc.Child {
 	t.Helper()
-	c, err := pluginproc.Spawn(dirs, crashAt)
+	c, err := childproc.Spawn(dirs, crashAt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,20 +256,20 @@ func startCrashingChild(t *testing.T, dirs plugintest.Dirs, crashAt string) *plu
 }
 
 // waitDead waits for the child to be killed at crashAt.
-func waitDead(t *testing.T, dirs plugintest.Dirs, c *pluginproc.Child, crashAt string) {
+func waitDead(t *testing.T, dirs pluginrun.Dirs, c *childproc.Child, crashAt string) {
 	t.Helper()
 	if err := c.WaitKilled(30 * time.Second); err != nil {
 		t.Fatalf("want the plugin killed at %s: %v\n%s", crashAt, err, pluginLog(dirs))
 	}
 }
 
-func checkpointPath(dirs plugintest.Dirs) string {
+func checkpointPath(dirs pluginrun.Dirs) string {
 	return filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
 }
 
 // orphanSpecPath is a spec file name of the driver's for a claim nobody
 // prepared, made from the name of uid's spec.
-func orphanSpecPath(t *testing.T, dirs plugintest.Dirs, uid types.UID) string {
+func orphanSpecPath(t *testing.T, dirs pluginrun.Dirs, uid types.UID) string {
 	t.Helper()
 	matches, err := filepath.Glob(filepath.Join(dirs.CDI, "*"+string(uid)+".json"))
 	if err != nil || len(matches) != 1 {
@@ -317,7 +317,7 @@ func TestRestartWithLostGPU(t *testing.T) {
 	}
 }
 
-func setGPULost(t *testing.T, dirs plugintest.Dirs, gpu int, lost bool) {
+func setGPULost(t *testing.T, dirs pluginrun.Dirs, gpu int, lost bool) {
 	t.Helper()
 	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {

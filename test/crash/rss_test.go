@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 )
 
 // BenchmarkPluginRSS reports the resident memory of the plugin process on a
@@ -17,7 +17,7 @@ import (
 func BenchmarkPluginRSS(b *testing.B) {
 	var rss []float64
 	for range b.N {
-		dirs, err := plugintest.NewDirs(b.TempDir())
+		dirs, err := pluginrun.NewDirs(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}

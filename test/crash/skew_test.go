@@ -14,7 +14,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginproc"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 )
 
 // previousRelease is the release the skew test rolls back to and forward
@@ -36,14 +36,14 @@ func TestVersionSkew(t *testing.T) {
 	old := buildRelease(t, commit)
 	dirs, a, c := recoverySetup(t) // MIG claims on GPUs 0 and 1
 	ctx := context.Background()
-	run := func(bin string, what string, f func(*pluginproc.Child)) {
+	run := func(bin string, what string, f func(*childproc.Child)) {
 		t.Helper()
 		t.Logf("%s: %s", releaseName(bin, commit), what)
 		ch := startChildOf(t, bin, dirs, "")
 		f(ch)
 		stopChild(t, ch)
 	}
-	prepare := func(ch *pluginproc.Child, claim *resourceapi.ResourceClaim) []string {
+	prepare := func(ch *childproc.Child, claim *resourceapi.ResourceClaim) []string {
 		t.Helper()
 		ids, err := ch.Kubelet.PrepareOne(ctx, claim)
 		if err != nil {
@@ -51,7 +51,7 @@ func TestVersionSkew(t *testing.T) {
 		}
 		return ids
 	}
-	unprepare := func(ch *pluginproc.Child, claim *resourceapi.ResourceClaim) {
+	unprepare := func(ch *childproc.Child, claim *resourceapi.ResourceClaim) {
 		t.Helper()
 		if err := ch.Kubelet.UnprepareOne(ctx, claim); err != nil {
 			t.Fatalf("unprepare %s: %v\n%s", claim.Name, err, pluginLog(dirs))
@@ -71,12 +71,12 @@ func TestVersionSkew(t *testing.T) {
 	}
 
 	var idsA, idsC []string
-	run(old, "prepare A", func(ch *pluginproc.Child) { idsA = prepare(ch, a) })
-	run(os.Args[0], "upgrade: A is found; prepare C", func(ch *pluginproc.Child) {
+	run(old, "prepare A", func(ch *childproc.Child) { idsA = prepare(ch, a) })
+	run(os.Args[0], "upgrade: A is found; prepare C", func(ch *childproc.Child) {
 		same("A after the upgrade", prepare(ch, a), idsA)
 		idsC = prepare(ch, c)
 	})
-	run(old, "rollback: unprepare A and C (C was prepared by the new release), prepare C again", func(ch *pluginproc.Child) {
+	run(old, "rollback: unprepare A and C (C was prepared by the new release), prepare C again", func(ch *childproc.Child) {
 		same("A after the rollback", prepare(ch, a), idsA)
 		same("C after the rollback", prepare(ch, c), idsC)
 		unprepare(ch, a)
@@ -88,7 +88,7 @@ func TestVersionSkew(t *testing.T) {
 		// instance at the same place, which is in use.
 		same("C prepared by the old release", prepare(ch, c), idsC)
 	})
-	run(os.Args[0], "upgrade again: C's instance is in use, not leaked; unprepare C", func(ch *pluginproc.Child) {
+	run(os.Args[0], "upgrade again: C's instance is in use, not leaked; unprepare C", func(ch *childproc.Child) {
 		instances(1, 1)
 		same("C after the second upgrade", prepare(ch, c), idsC)
 		unprepare(ch, c)

@@ -14,8 +14,8 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/fakenodes"
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/clusternodes"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
@@ -26,7 +26,7 @@ const fakeNodeLabel = "e2e.gpu.dra.dev/fake-node"
 // TestControllerModelDeviceClasses: with controller.modelDeviceClasses the
 // leader keeps a DeviceClass for the node's GPU model, selecting exactly its
 // whole GPUs; a node with another model (a simulated node without kubelet,
-// internal/fakenodes; E2E_PLUGIN is the plugin whose --print-slices it
+// internal/standin/clusternodes; E2E_PLUGIN is the plugin whose --print-slices it
 // publishes, default bin/dra-kubelet-plugin) gets its class, which the
 // scheduler allocates on that node only; when the node and its slices go, its
 // class is deleted after controller.modelDeviceClassGracePeriod while the
@@ -56,13 +56,13 @@ func TestControllerModelDeviceClasses(t *testing.T) {
 	if env.simulate == machine {
 		machine = "l4x4"
 	}
-	slicesFor, err := fakenodes.PrintSlices(ctx, getenv("E2E_PLUGIN", filepath.Join(env.repoRoot, "bin", "dra-kubelet-plugin")), machine, "")
+	slicesFor, err := clusternodes.PrintSlices(ctx, getenv("E2E_PLUGIN", filepath.Join(env.repoRoot, "bin", "dra-kubelet-plugin")), machine, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fake := "e2e-fake-" + machine
 	removeFake := func(ctx context.Context) error {
-		return fakenodes.Remove(ctx, client, fakeNodeLabel, []string{fake})
+		return clusternodes.Remove(ctx, client, fakeNodeLabel, []string{fake})
 	}
 	t.Cleanup(func() {
 		if err := removeFake(context.Background()); err != nil {
@@ -70,10 +70,10 @@ func TestControllerModelDeviceClasses(t *testing.T) {
 		}
 	})
 	fakeSlices := slicesFor(fake)
-	if err := fakenodes.Add(ctx, client, fake, map[string]string{fakeNodeLabel: "true"}, fakeSlices); err != nil {
+	if err := clusternodes.Add(ctx, client, fake, map[string]string{fakeNodeLabel: "true"}, fakeSlices); err != nil {
 		t.Fatal(err)
 	}
-	stopLeases := fakenodes.RenewLeases(ctx, client, []string{fake})
+	stopLeases := clusternodes.RenewLeases(ctx, client, []string{fake})
 	defer stopLeases()
 	fakeProduct := product(t, fakeSlices)
 	if fakeProduct == realProduct {

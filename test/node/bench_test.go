@@ -20,8 +20,10 @@ import (
 	"k8s.io/klog/v2"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 )
 
@@ -96,9 +98,9 @@ func gpus(n int64) func(int) resourceapi.DeviceRequest {
 	return func(int) resourceapi.DeviceRequest { return at.Exactly("gpus", driverName, n) }
 }
 
-func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, count int, kubeconfig string) ([]*resourceapi.ResourceClaim, *plugintest.Plugin) {
+func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, count int, kubeconfig string) ([]*resourceapi.ResourceClaim, *inprocess.Plugin) {
 	b.Helper()
-	dirs, err := plugintest.NewDirs(b.TempDir())
+	dirs, err := pluginrun.NewDirs(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,14 +112,14 @@ func benchPlugin(b *testing.B, request func(int) resourceapi.DeviceRequest, coun
 	}
 	cfg := dirs.Config(machine, nodeName)
 	if kubeconfig == "" {
-		cfg.KubeClient = plugintest.FakeClient(nodeName, claims...)
+		cfg.KubeClient = apiserver.NodeClient(nodeName, claims...)
 	} else {
 		cfg.Kubeconfig = kubeconfig
 		cfg.KubeAPIQPS, cfg.KubeAPIBurst = 50, 100 // the plugin's defaults
 		claims = storeClaims(b, kubeconfig, claims)
 	}
 	// Logs would interleave with the benchmark's result lines.
-	p, err := plugintest.Start(klog.NewContext(context.Background(), logr.Discard()), cfg)
+	p, err := inprocess.Start(klog.NewContext(context.Background(), logr.Discard()), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 )
 
 func freeAddress(t *testing.T) string {
@@ -96,7 +97,7 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	dirs, _, claims, _ := setup(t, map[string]int64{"held": 1})
 	// The pod using the claim, as the scheduler records it.
 	claims["held"].Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "trainer-0", UID: "pod-uid"}}
-	client := plugintest.FakeClient(nodeName, claims["held"])
+	client := apiserver.NodeClient(nodeName, claims["held"])
 	// The pod: its trainer container uses the claim, its logger does not.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: claims["held"].Namespace, Name: "trainer-0", UID: "pod-uid"},
@@ -115,7 +116,7 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	cfg.KubeClient = client
 	cfg.MetricsAddress = freeAddress(t)
 	cfg.HealthRecoveryWindow = 3 * time.Second
-	p, err := plugintest.Start(ctx, cfg)
+	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	p, err = plugintest.Start(ctx, cfg)
+	p, err = inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 )
 
 // A MIG device whose MigDeviceConfig asks for MPS gets its own MPS control
@@ -29,16 +31,16 @@ func TestPrepareMPSInsideMIG(t *testing.T) {
 		}},
 	}}}
 	dirs, _, claims, _ := setupClaims(t, claim)
-	control, err := plugintest.BuildMPSControl(dirs.Root)
+	control, err := pluginrun.BuildMPSControl(dirs.Root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.MPSControl = control
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["mig-mps"])
-	start := func() *plugintest.Plugin {
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["mig-mps"])
+	start := func() *inprocess.Plugin {
 		t.Helper()
-		p, err := plugintest.Start(ctx, cfg)
+		p, err := inprocess.Start(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,11 +18,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 const (
@@ -33,7 +35,7 @@ const (
 
 // setup allocates claims with the upstream allocator and starts the plugin
 // with a fake clientset that holds them.
-func setup(t *testing.T, requests map[string]int64) (plugintest.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *plugintest.Plugin) {
+func setup(t *testing.T, requests map[string]int64) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *inprocess.Plugin) {
 	t.Helper()
 	var claims []*resourceapi.ResourceClaim
 	for _, name := range slices.Sorted(maps.Keys(requests)) {
@@ -43,9 +45,9 @@ func setup(t *testing.T, requests map[string]int64) (plugintest.Dirs, *simnode.N
 }
 
 // setupClaims is setup for claims of any kind, allocated in order.
-func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (plugintest.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *plugintest.Plugin) {
+func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *inprocess.Plugin) {
 	t.Helper()
-	dirs, err := plugintest.NewDirs(t.TempDir())
+	dirs, err := pluginrun.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,11 +60,11 @@ func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (plugi
 		claims[claim.Name] = claim
 		all = append(all, claim)
 	}
-	start := func(extra ...*resourceapi.ResourceClaim) *plugintest.Plugin {
+	start := func(extra ...*resourceapi.ResourceClaim) *inprocess.Plugin {
 		t.Helper()
 		cfg := dirs.Config(machine, nodeName)
-		cfg.KubeClient = plugintest.FakeClient(nodeName, append(slices.Clone(all), extra...)...)
-		p, err := plugintest.Start(context.Background(), cfg)
+		cfg.KubeClient = apiserver.NodeClient(nodeName, append(slices.Clone(all), extra...)...)
+		p, err := inprocess.Start(context.Background(), cfg)
 		if err != nil {
 			t.Fatalf("start plugin: %v", err)
 		}
@@ -140,8 +142,8 @@ func TestPrepareNamesHostDriverRoot(t *testing.T) {
 	cfg := dirs.Config(machine, nodeName)
 	cfg.DriverRoot = filepath.Join(dirs.Root, "driver-root") // the plugin's view
 	cfg.HostDriverRoot = hostRoot
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["one"])
-	p, err := plugintest.Start(ctx, cfg)
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["one"])
+	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -27,7 +29,7 @@ func TestRebuildKeepsShare(t *testing.T) {
 		files, _ := filepath.Glob(filepath.Join(cfg.MPSDir, "*", "*", "nvidia-cuda-mps-control.pid"))
 		return files
 	}
-	p, err := plugintest.Start(ctx, cfg)
+	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestRebuildKeepsShare(t *testing.T) {
 	if err := sim.SetGPULost(0, true); err != nil {
 		t.Fatal(err)
 	}
-	p, err = plugintest.Start(ctx, cfg)
+	p, err = inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func TestRewriteSpecOfLostGPU(t *testing.T) {
 func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 	ctx := context.Background()
 	dirs, cfg, claims := setupMPSShare(t)
-	p, err := plugintest.Start(ctx, cfg)
+	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +186,7 @@ func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 	}
 	var live *nvmlsim.Machine
 	cfg.SimulationHook = func(m *nvmlsim.Machine) { live = m }
-	p, err = plugintest.Start(ctx, cfg)
+	p, err = inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,19 +206,19 @@ func TestMPSTeardownFinishesWhenGPUBack(t *testing.T) {
 
 // setupMPSShare allocates one MPS share of GPU 0 ("share") and configures a
 // plugin that can run its daemon.
-func setupMPSShare(t *testing.T) (plugintest.Dirs, *nodeplugin.Config, map[string]*resourceapi.ResourceClaim) {
+func setupMPSShare(t *testing.T) (pluginrun.Dirs, *nodeplugin.Config, map[string]*resourceapi.ResourceClaim) {
 	t.Helper()
 	r := at.Exactly("mps", "mps."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)
 	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 		"compute": resource.MustParse("50"), "memory": resource.MustParse("20Gi"),
 	}}
 	dirs, _, claims, _ := setupClaims(t, at.Claim("share", r))
-	control, err := plugintest.BuildMPSControl(dirs.Root)
+	control, err := pluginrun.BuildMPSControl(dirs.Root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.MPSControl = control
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["share"])
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["share"])
 	return dirs, cfg, claims
 }

@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
@@ -29,7 +31,7 @@ func migClaim(name, profile string) *resourceapi.ResourceClaim {
 
 // simState opens the simulated machine's persisted state, as the plugin
 // left it, to check what exists on the "hardware".
-func simState(t *testing.T, dirs plugintest.Dirs) *nvmlsim.Machine {
+func simState(t *testing.T, dirs pluginrun.Dirs) *nvmlsim.Machine {
 	t.Helper()
 	m, err := dirs.SimState(machine, nodeName)
 	if err != nil {
@@ -167,14 +169,14 @@ func TestPrepareMPS(t *testing.T) {
 		return at.Claim(name, r)
 	}
 	dirs, _, claims, _ := setupClaims(t, mpsClaim("a"), mpsClaim("b"))
-	control, err := plugintest.BuildMPSControl(dirs.Root)
+	control, err := pluginrun.BuildMPSControl(dirs.Root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.MPSControl = control
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claims["a"], claims["b"])
-	p, err := plugintest.Start(ctx, cfg)
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["a"], claims["b"])
+	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestPrepareMPS(t *testing.T) {
 // A MIG device created out of band is handed out as is and never destroyed.
 func TestStaticMIGIsNeverDestroyed(t *testing.T) {
 	ctx := context.Background()
-	dirs, err := plugintest.NewDirs(t.TempDir())
+	dirs, err := pluginrun.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +240,8 @@ func TestStaticMIGIsNeverDestroyed(t *testing.T) {
 		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mig", Driver: driverName, Pool: nodeName, Device: name}},
 	}}
 	cfg := dirs.Config(machine, nodeName)
-	cfg.KubeClient = plugintest.FakeClient(nodeName, claim)
-	p, err := plugintest.Start(ctx, cfg)
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claim)
+	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

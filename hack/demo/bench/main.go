@@ -1,11 +1,11 @@
-// Command bench measures the driver on the local cluster (hack/demo/bench.sh sets it
+// Command bench measures the driver on the local cluster (hack/demo/bench-cluster.sh sets it
 // up):
 //
 //   - start latency: 50 pods, each with a one-GPU claim from a template, created one
 //     after the other on the real node with the real plugin; time from create to
 //     Running and Ready, split at the scheduler's bind;
 //   - scheduler throughput: 200 pods with one-GPU claims, created at once, against
-//     extra simulated nodes (internal/fakenodes: Node objects, their Leases renewed, and
+//     extra simulated nodes (internal/standin/clusternodes: Node objects, their Leases renewed, and
 //     the slices that `dra-kubelet-plugin --simulate --print-slices` prints), once for nodes publishing
 //     the full device model (whole GPUs, MIG placements, shares, counters) and once for
 //     nodes publishing whole GPUs only; time from the first create to the last bind.
@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/fakenodes"
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/clusternodes"
 )
 
 const (
@@ -290,10 +290,10 @@ func (b *bench) throughput(ctx context.Context, cfg config) error {
 		{"whole-gpu", "default: {mig: \"off\", timeSlicing: {enabled: false}, mps: {enabled: false}}\n"},
 	}
 	var all []string
-	defer func() { _ = fakenodes.Remove(context.Background(), b.client, benchLabel, all) }()
+	defer func() { _ = clusternodes.Remove(context.Background(), b.client, benchLabel, all) }()
 	stats := map[string]string{}
 	for _, m := range models {
-		slices, err := fakenodes.PrintSlices(ctx, cfg.plugin, cfg.machine, m.policy)
+		slices, err := clusternodes.PrintSlices(ctx, cfg.plugin, cfg.machine, m.policy)
 		if err != nil {
 			return err
 		}
@@ -310,13 +310,13 @@ func (b *bench) throughput(ctx context.Context, cfg config) error {
 		}
 		for i := range cfg.nodes {
 			name := fmt.Sprintf("sim-%s-%02d", m.name, i)
-			if err := fakenodes.Add(ctx, b.client, name, map[string]string{benchLabel: m.name}, slices(name)); err != nil {
+			if err := clusternodes.Add(ctx, b.client, name, map[string]string{benchLabel: m.name}, slices(name)); err != nil {
 				return err
 			}
 			all = append(all, name)
 		}
 	}
-	stopLeases := fakenodes.RenewLeases(ctx, b.client, all)
+	stopLeases := clusternodes.RenewLeases(ctx, b.client, all)
 	defer stopLeases()
 	fmt.Printf("\nscheduler throughput: %d pods with a one-GPU claim, created at once, on %d simulated %s nodes per model\n",
 		cfg.throughputPods, cfg.nodes, cfg.machine)

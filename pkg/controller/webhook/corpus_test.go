@@ -3,17 +3,16 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/hostile"
 )
 
 // hostileDir is the API's corpus of hostile configs; its _want.json says
@@ -26,29 +25,7 @@ const caseDeadline = 2 * time.Second
 
 func readHostileCorpus(t testing.TB) (corpus map[string][]byte, rejected, accepted map[string]string) {
 	t.Helper()
-	var want struct {
-		Rejected map[string]string `json:"rejected"`
-		Accepted map[string]string `json:"accepted"`
-	}
-	data, err := os.ReadFile(filepath.Join(hostileDir, "_want.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &want); err != nil {
-		t.Fatal(err)
-	}
-	corpus = map[string][]byte{}
-	for name := range maps.Keys(want.Rejected) {
-		corpus[name] = nil
-	}
-	for name := range maps.Keys(want.Accepted) {
-		corpus[name] = nil
-	}
-	for name := range corpus {
-		if corpus[name], err = os.ReadFile(filepath.Join(hostileDir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	corpus, want := hostile.Read(t, hostileDir)
 	return corpus, want.Rejected, want.Accepted
 }
 
@@ -76,27 +53,11 @@ func TestHostileCorpus(t *testing.T) {
 			type result struct {
 				code int
 				resp *admissionv1.AdmissionResponse
-				err  error
 			}
-			done := make(chan result, 1)
-			go func() {
-				defer func() {
-					if p := recover(); p != nil {
-						done <- result{err: fmt.Errorf("handler panicked: %v", p)}
-					}
-				}()
+			r := hostile.Call(t, caseDeadline, "handler", func() result {
 				code, resp, _ := post(t, h, body)
-				done <- result{code: code, resp: resp}
-			}()
-			var r result
-			select {
-			case r = <-done:
-			case <-time.After(caseDeadline):
-				t.Fatalf("handler did not answer within %v", caseDeadline)
-			}
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
+				return result{code: code, resp: resp}
+			})
 			if !json.Valid(body) {
 				if r.code != http.StatusBadRequest {
 					t.Errorf("HTTP %d for a review that is not JSON, want 400", r.code)

@@ -1,9 +1,10 @@
-// Package fakenodes adds simulated GPU nodes to a real cluster without a
-// kubelet: Node objects reported Ready, their Leases renewed, and the
-// ResourceSlices that `dra-kubelet-plugin --simulate <machine> --print-slices`
-// prints. The scheduler allocates claims on them and binds pods to them (which
-// never run); the controller labels them and makes classes for their models.
-package fakenodes
+// Package clusternodes stands in for GPU nodes joined to a real cluster, with
+// no kubelet or machine behind them: Node objects reported Ready, their
+// Leases renewed, and the ResourceSlices that
+// `dra-kubelet-plugin --simulate <machine> --print-slices` prints. The
+// scheduler allocates claims on them and binds pods to them (which never
+// run); the controller labels them and makes classes for their models.
+package clusternodes
 
 import (
 	"bufio"
@@ -40,7 +41,7 @@ const placeholder = "FAKE-NODE-NAME"
 func PrintSlices(ctx context.Context, plugin, machine, policy string) (func(node string) []*resourceapi.ResourceSlice, error) {
 	args := []string{"--simulate=" + machine, "--node-name=" + placeholder, "--print-slices"}
 	if policy != "" {
-		f, err := os.CreateTemp("", "fakenodes-policy-*.yaml")
+		f, err := os.CreateTemp("", "clusternodes-policy-*.yaml")
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +113,7 @@ func Add(ctx context.Context, client kubernetes.Interface, name string, labels m
 				corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("250"),
 			},
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-				Message: "simulated, no kubelet (internal/fakenodes)", LastHeartbeatTime: now, LastTransitionTime: now}},
+				Message: "simulated, no kubelet (internal/standin/clusternodes)", LastHeartbeatTime: now, LastTransitionTime: now}},
 		}
 		node.Status.Allocatable = node.Status.Capacity
 		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})

@@ -1,4 +1,4 @@
-package plugintest
+package pluginrun
 
 import (
 	"path/filepath"

@@ -1,8 +1,8 @@
-// Package kubeletstandin plays the kubelet's side of a DRA kubelet plugin
+// Package kubelet plays the kubelet's side of a DRA kubelet plugin
 // over its real unix sockets: plugin registration (GetInfo,
 // NotifyRegistrationStatus) and the DRA v1 gRPC service. Tests and
 // benchmarks use it to drive the plugin exactly as the kubelet would.
-package kubeletstandin
+package kubelet
 
 import (
 	"context"

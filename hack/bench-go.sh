@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Runs the project's benchmarks and prints their figures as one table.
-# Record the figures, with the machine they ran on, in docs/performance.md.
+# make bench: the Go benchmarks, no cluster: the device model and the plugin over
+# the kubelet stand-in's sockets (pkg/devicemodel, test/node), the plugin's memory
+# (test/crash BenchmarkRSS) and the slice size of each simulated machine, printed as
+# one table. Pod start latency and scheduler throughput on a real local cluster are
+# hack/demo/bench-cluster.sh's. Record the figures, with the machine they ran on,
+# in docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"

@@ -1,9 +1,9 @@
-// Package pluginproc runs the real kubelet plugin (pkg/nodeplugin.Run) as a child
+// Package childproc runs the real kubelet plugin (pkg/nodeplugin.Run) as a child
 // process of a test binary, so that tests can kill it with SIGKILL at the
 // driver's fault points or at any moment and start it again on the same
 // node directories. The test binary doubles as the plugin: its TestMain
 // calls RunIfChild first.
-package pluginproc
+package childproc
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
-	"github.com/gpu-dra/gpu-dra-driver/internal/plugintest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
@@ -68,7 +68,7 @@ func Serve(cfg *nodeplugin.Config) error {
 
 // Child is a running plugin process with the kubelet stand-in registered.
 type Child struct {
-	Kubelet *kubeletstandin.Kubelet
+	Kubelet *kubelet.Kubelet
 	cmd     *exec.Cmd
 	done    chan struct{}
 	err     error // Wait's result, set before done is closed
@@ -80,13 +80,13 @@ var ErrExited = errors.New("plugin exited before it registered")
 // Start runs the plugin on dirs, dying at fault point crashAt (if not
 // empty), and waits up to timeout for it to register with the kubelet
 // stand-in. The plugin's output is appended to the root's plugin.log.
-func Start(dirs plugintest.Dirs, crashAt string, timeout time.Duration) (*Child, error) {
+func Start(dirs pluginrun.Dirs, crashAt string, timeout time.Duration) (*Child, error) {
 	return StartBinary(os.Args[0], dirs, crashAt, timeout)
 }
 
 // StartBinary is Start with bin, a test binary whose TestMain calls
 // RunIfChild (possibly built from another release), as the plugin.
-func StartBinary(bin string, dirs plugintest.Dirs, crashAt string, timeout time.Duration) (*Child, error) {
+func StartBinary(bin string, dirs pluginrun.Dirs, crashAt string, timeout time.Duration) (*Child, error) {
 	c, err := spawnBinary(bin, dirs, crashAt)
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func StartBinary(bin string, dirs plugintest.Dirs, crashAt string, timeout time.
 		case <-ctx.Done():
 		}
 	}()
-	k, err := kubeletstandin.Register(ctx, dirs.Registrar, timeout)
+	k, err := kubelet.Register(ctx, dirs.Registrar, timeout)
 	if err != nil {
 		select {
 		case <-c.done:
@@ -119,7 +119,7 @@ func StartBinary(bin string, dirs plugintest.Dirs, crashAt string, timeout time.
 // StartKilledAfter starts the plugin like Start and kills it with SIGKILL
 // after d wherever it is, usually in its start-up recovery. It reports
 // whether the plugin had exited by itself before.
-func StartKilledAfter(dirs plugintest.Dirs, crashAt string, d time.Duration) (bool, error) {
+func StartKilledAfter(dirs pluginrun.Dirs, crashAt string, d time.Duration) (bool, error) {
 	c, err := spawn(dirs, crashAt)
 	if err != nil {
 		return false, err
@@ -136,15 +136,15 @@ func StartKilledAfter(dirs plugintest.Dirs, crashAt string, d time.Duration) (bo
 
 // Spawn starts the plugin without waiting for it to register: for a start
 // that is meant to die at crashAt during recovery (see Child.WaitKilled).
-func Spawn(dirs plugintest.Dirs, crashAt string) (*Child, error) {
+func Spawn(dirs pluginrun.Dirs, crashAt string) (*Child, error) {
 	return spawnBinary(os.Args[0], dirs, crashAt)
 }
 
-func spawn(dirs plugintest.Dirs, crashAt string) (*Child, error) {
+func spawn(dirs pluginrun.Dirs, crashAt string) (*Child, error) {
 	return spawnBinary(os.Args[0], dirs, crashAt)
 }
 
-func spawnBinary(bin string, dirs plugintest.Dirs, crashAt string) (*Child, error) {
+func spawnBinary(bin string, dirs pluginrun.Dirs, crashAt string) (*Child, error) {
 	_ = os.RemoveAll(dirs.Registrar)
 	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
 		return nil, err
@@ -218,14 +218,14 @@ func (c *Child) Stop() error {
 }
 
 // Log returns the output of all plugin processes run on dirs.
-func Log(dirs plugintest.Dirs) string {
+func Log(dirs pluginrun.Dirs) string {
 	data, _ := os.ReadFile(filepath.Join(dirs.Root, logFile))
 	return string(data)
 }
 
 // TakeHit returns the fault point a child killed itself at since the last
 // call, if any.
-func TakeHit(dirs plugintest.Dirs) (string, bool) {
+func TakeHit(dirs pluginrun.Dirs) (string, bool) {
 	path := filepath.Join(dirs.Root, hitFile)
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -3,14 +3,14 @@
 # on the real node with the real plugin) and scheduler throughput (200 pods with
 # claims) against simulated nodes publishing the full device model versus whole GPUs
 # only. Brings the cluster up, installs the chart, runs hack/demo/bench, tears down.
+# The Go benchmarks that need no cluster (make bench) are hack/bench-go.sh's.
 #
-# Usage: hack/demo/bench.sh [bench flags: -latency-pods 50 -throughput-pods 200 -nodes 25]
+# Usage: hack/demo/bench-cluster.sh [bench flags: -latency-pods 50 -throughput-pods 200 -nodes 25]
 # Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
 source hack/demo/lib.sh
-export CGO_ENABLED=1 CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
 
 go build -o bin/bench ./hack/demo/bench
 [[ ${KEEP:-} == 1 ]] || trap demo_down EXIT

@@ -1,4 +1,4 @@
-package fakenodes
+package clusternodes
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 
 // The checked-in --print-slices output parses into every slice it holds.
 func TestParseSlices(t *testing.T) {
-	data, err := os.ReadFile("../../pkg/nodeplugin/testdata/slices/dgxa100.yaml")
+	data, err := os.ReadFile("../../../pkg/nodeplugin/testdata/slices/dgxa100.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,43 +1,23 @@
-// Package fakeapi adds to client-go's fake clientset what tests of the
-// driver need from a real cluster: names for objects created with
-// generateName, and a kubelet stand-in that runs pods as local processes.
-package fakeapi
+// Package podkubelet stands in for a node's kubelet over a fake clientset:
+// it runs the pods created in a namespace as local processes and reports
+// their phase, so that code which launches pods (pkg/mpspod) can be tested
+// without a cluster.
+package podkubelet
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 )
-
-// GenerateNames makes client name objects created with generateName the way
-// the API server does; the fake object tracker ignores generateName.
-func GenerateNames(client *fake.Clientset) {
-	var n atomic.Int64
-	client.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if obj, err := meta.Accessor(action.(k8stesting.CreateAction).GetObject()); err == nil && obj.GetName() == "" && obj.GetGenerateName() != "" {
-			i := n.Add(1)
-			obj.SetName(fmt.Sprintf("%s%05d", obj.GetGenerateName(), i))
-			if obj.GetUID() == "" {
-				obj.SetUID(types.UID(fmt.Sprintf("generated-uid-%05d", i)))
-			}
-		}
-		return false, nil, nil
-	})
-}
 
 // Kubelet runs the first container of every pod created in a namespace as
 // a local process (command and env only: no image, mounts or namespaces),
@@ -54,8 +34,8 @@ type Kubelet struct {
 	wg    sync.WaitGroup
 }
 
-// StartKubelet watches namespace ns of client.
-func StartKubelet(client *fake.Clientset, ns string) (*Kubelet, error) {
+// Start watches namespace ns of client.
+func Start(client *fake.Clientset, ns string) (*Kubelet, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
