@@ -17,8 +17,10 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
 const testDriver = "gpu.dra.dev"
@@ -49,9 +51,10 @@ func testOptions(t *testing.T, opts Options) (Options, *simnode.Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.DriverName, opts.PoolName, opts.NVML, opts.DriverRoot = testDriver, "node-1", node.Machine, driverRoot
+	opts.DriverName, opts.PoolName, opts.MIG = testDriver, "node-1", mig.NewNode(node.Machine, driverRoot)
 	opts.CDI = cdi.NewWriter(filepath.Join(root, "cdi"), driverRoot, files)
 	opts.CheckpointPath = filepath.Join(root, "checkpoint.json")
+	opts.Store = checkpoint.NewFileStore(opts.CheckpointPath)
 	return opts, node
 }
 
