@@ -1,7 +1,9 @@
-// Package driver implements the kubelet side of the DRA driver: it prepares
+// Package prepare implements the kubelet side of the DRA driver: it prepares
 // and unprepares ResourceClaims (kubeletplugin.DRAPlugin) over the devices
 // discovery found, recording progress in a crash-safe checkpoint and handing
-// devices to containers through CDI specs.
+// devices to containers through CDI specs. What differs between device
+// kinds (whole GPU, MIG device, time-slice and MPS share) is in one handler
+// per kind (handler.go); the engine does the rest the same way for all.
 package prepare
 
 import (
