@@ -245,3 +245,24 @@ func TestPrepareRejectsForeignPoolAndUnknownDevice(t *testing.T) {
 		t.Errorf("another driver's device in the claim must be ignored: %v", err)
 	}
 }
+
+// The MIG devices and the checkpoint store are injected; a missing one is
+// refused by name, before recovery touches anything.
+func TestNewRequiresMIGAndStore(t *testing.T) {
+	full, _ := testOptions(t, Options{})
+	noMIG, noStore := full, full
+	noMIG.MIG, noStore.Store = nil, nil
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"no MIG":   {opts: noMIG, want: "Options.MIG is not set"},
+		"no Store": {opts: noStore, want: "Options.Store is not set"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(t.Context(), tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
