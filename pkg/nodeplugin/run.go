@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
@@ -68,16 +69,17 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	checkpointPath := filepath.Join(cfg.PluginDataDir, CheckpointFile)
 	opts := prepare.Options{
 		DriverName:     cfg.DriverName,
 		PoolName:       cfg.NodeName,
-		NVML:           hw.nvml,
-		DriverRoot:     hw.driverRoot,
+		MIG:            mig.NewNode(hw.nvml, hw.driverRoot),
+		Store:          checkpoint.NewFileStore(checkpointPath),
 		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, cdi.WithHostDriverRoot(hw.hostDriverRoot)),
 		TimeSlicing:    ts,
 		Health:         monitor,
 		Metrics:        metrics,
-		CheckpointPath: filepath.Join(cfg.PluginDataDir, CheckpointFile),
+		CheckpointPath: checkpointPath,
 		Fatal:          cancel,
 		FaultHook:      cfg.FaultHook,
 	}

@@ -6,7 +6,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 // conflictLocked is the last line of defense against handing hardware to
@@ -40,46 +39,29 @@ func (d *Engine) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevi
 
 // physicalConflict says why devices a and b cannot be in use at the same
 // time, or "" if they can: both are, or are carved from, the same physical
-// GPU, and they overlap on it.
+// GPU, and they overlap on it (the handler of a's kind knows how).
 func physicalConflict(a, b checkpoint.PreparedDevice) string {
 	gpu := gpuUUIDOf(a)
 	if gpu != gpuUUIDOf(b) {
 		return ""
 	}
-	isShare := func(kind string) bool { return kind == devicemodel.TypeTimeSlicing || kind == devicemodel.TypeMPS }
-	switch {
-	case !knownKind(a.Kind) || !knownKind(b.Kind):
+	h, ok := kindHandlers[a.Kind]
+	if !ok || !knownKind(b.Kind) {
 		// A newer release's device: what it holds is unknown, so it
 		// holds the whole GPU.
 		return fmt.Sprintf("GPU %s holds device %s of kind %q", gpu, b.Device, b.Kind)
-	case a.Device == b.Device && isShare(a.Kind) && a.ShareID != "" && b.ShareID != "" && a.ShareID != b.ShareID:
-		return "" // two shares of one shareable device
-	case a.Device == b.Device:
-		return fmt.Sprintf("it is device %s", b.Device)
-	case a.Kind == devicemodel.TypeGPU || b.Kind == devicemodel.TypeGPU:
-		return fmt.Sprintf("GPU %s is also used as %s device %s", gpu, b.Kind, b.Device)
-	case a.Kind == devicemodel.TypeMIG && b.Kind == devicemodel.TypeMIG:
-		if a.MIG == nil || b.MIG == nil || overlaps(a.MIG.Placement, b.MIG.Placement) {
-			return fmt.Sprintf("its MIG placement on GPU %s overlaps that of MIG device %s", gpu, b.Device)
-		}
-		return ""
-	case a.Kind != b.Kind:
-		// MIG vs a share (shares need MIG mode off), time-slicing vs
-		// MPS (one GPU runs in one compute mode).
-		return fmt.Sprintf("GPU %s is also used as %s device %s", gpu, b.Kind, b.Device)
-	default:
-		return "" // shares of one kind on one GPU
 	}
+	return h.conflict(gpu, a, b)
 }
 
-// knownKind reports whether this release knows how to prepare and undo a
-// device of the kind.
-func knownKind(kind string) bool {
-	switch kind {
-	case devicemodel.TypeGPU, devicemodel.TypeMIG, devicemodel.TypeTimeSlicing, devicemodel.TypeMPS:
-		return true
-	}
-	return false
+// sameDevice is why a device cannot be used twice.
+func sameDevice(b checkpoint.PreparedDevice) string {
+	return fmt.Sprintf("it is device %s", b.Device)
+}
+
+// alsoUsed is why a device conflicts with device b of its GPU.
+func alsoUsed(gpu string, b checkpoint.PreparedDevice) string {
+	return fmt.Sprintf("GPU %s is also used as %s device %s", gpu, b.Kind, b.Device)
 }
 
 // overlaps reports whether two MIG placements share a memory slice.

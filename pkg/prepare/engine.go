@@ -1,7 +1,9 @@
-// Package driver implements the kubelet side of the DRA driver: it prepares
+// Package prepare implements the kubelet side of the DRA driver: it prepares
 // and unprepares ResourceClaims (kubeletplugin.DRAPlugin) over the devices
 // discovery found, recording progress in a crash-safe checkpoint and handing
-// devices to containers through CDI specs.
+// devices to containers through CDI specs. What differs between device
+// kinds (whole GPU, MIG device, time-slice and MPS share) is in one handler
+// per kind (handler.go); the engine does the rest the same way for all.
 package prepare
 
 import (
@@ -10,8 +12,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -32,11 +33,12 @@ type Options struct {
 	DriverName string
 	// PoolName is the node's pool; results from other pools are rejected.
 	PoolName string
-	// NVML reaches the GPUs for MIG and sharing work.
-	NVML nvml.Interface
-	// DriverRoot is the host path of the NVIDIA driver installation.
-	DriverRoot string
-	CDI        cdi.Writer
+	// MIG creates and destroys the claims' MIG devices (mig.NewNode).
+	MIG MIG
+	// Store keeps the checkpoint (checkpoint.NewFileStore over
+	// CheckpointPath).
+	Store Store
+	CDI   cdi.Writer
 	// Health reports device health to the kubelet; nil means unsupported.
 	Health Health
 	// Metrics records prepare/unprepare figures; nil records nothing.
@@ -50,7 +52,9 @@ type Options struct {
 	// TimeSlicing and MPS set GPUs up for shares; nil refuses such shares.
 	TimeSlicing TimeSlicing
 	MPS         MPS
-	// CheckpointPath is the checkpoint file; its directory must exist.
+	// CheckpointPath is the checkpoint file Store keeps; its directory
+	// must exist. A corrupt one is copied aside there, and the intents of
+	// MIG instances being created are kept beside it.
 	CheckpointPath string
 	// Fatal is called for background errors that retrying cannot fix
 	// (e.g. ResourceSlices the API server rejects); it should stop the
@@ -62,13 +66,38 @@ type Options struct {
 	FaultHook func(point string)
 }
 
+// MIG is what the engine does with MIG devices, on GPUs named by UUID;
+// *mig.Node implements it over NVML.
+type MIG interface {
+	// Create makes the MIG device of a profile at a placement, adopting one
+	// left by an earlier try; record is called once the GPU is reached and
+	// before anything is created, and its error is returned as is.
+	Create(ctx context.Context, gpuUUID string, profileID uint32, placement mig.Placement, record func() error) (*mig.Instance, error)
+	// Destroy removes the MIG device of a profile at a placement; one that
+	// does not exist counts as destroyed.
+	Destroy(ctx context.Context, gpuUUID string, profileID uint32, placement mig.Placement) error
+	// EnsureOff turns MIG mode off on a GPU without MIG devices, for whole
+	// use and shares.
+	EnsureOff(ctx context.Context, gpuUUID string) error
+	// CapDeviceNodes lists the capability nodes a container needs to use
+	// a MIG device.
+	CapDeviceNodes(gpuMinor int, giID, ciID uint32) ([]string, error)
+}
+
+// Store loads and saves the checkpoint; checkpoint.NewFileStore implements
+// it. The engine never calls it concurrently.
+type Store interface {
+	Load(ctx context.Context) (*checkpoint.Checkpoint, error)
+	Save(ctx context.Context, c *checkpoint.Checkpoint) error
+}
+
 // Engine is the DRAPlugin: the prepare engine. Claims touching different GPUs are prepared in
 // parallel: the only node-wide lock guards the in-memory checkpoint and its
 // (short) save, never device work.
 type Engine struct {
 	opts  Options
 	locks *keyedMutex
-	store checkpoint.Store
+	store Store
 
 	// devices are the published devices by name; set once by SetDevices.
 	devices   map[string]*devicemodel.Published
@@ -96,11 +125,17 @@ var _ kubeletplugin.DRAPlugin = (*Engine)(nil)
 // quarantined and rebuilt from the CDI specs. Discover the devices after New
 // (so they reflect the cleaned-up state) and hand them to SetDevices.
 func New(ctx context.Context, opts Options) (*Engine, error) {
+	switch {
+	case opts.MIG == nil:
+		return nil, errors.New("prepare engine: Options.MIG is not set")
+	case opts.Store == nil:
+		return nil, errors.New("prepare engine: Options.Store is not set")
+	}
 	d := &Engine{
 		opts:        opts,
 		devices:     map[string]*devicemodel.Published{},
 		locks:       newKeyedMutex(),
-		store:       checkpoint.NewFileStore(opts.CheckpointPath),
+		store:       opts.Store,
 		attribution: telemetry.NewAttribution(opts.Pods),
 		problems:    map[types.UID]string{},
 	}

@@ -17,8 +17,10 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
 const testDriver = "gpu.dra.dev"
@@ -49,9 +51,10 @@ func testOptions(t *testing.T, opts Options) (Options, *simnode.Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.DriverName, opts.PoolName, opts.NVML, opts.DriverRoot = testDriver, "node-1", node.Machine, driverRoot
+	opts.DriverName, opts.PoolName, opts.MIG = testDriver, "node-1", mig.NewNode(node.Machine, driverRoot)
 	opts.CDI = cdi.NewWriter(filepath.Join(root, "cdi"), driverRoot, files)
 	opts.CheckpointPath = filepath.Join(root, "checkpoint.json")
+	opts.Store = checkpoint.NewFileStore(opts.CheckpointPath)
 	return opts, node
 }
 
@@ -240,5 +243,26 @@ func TestPrepareRejectsForeignPoolAndUnknownDevice(t *testing.T) {
 		resourceapi.DeviceRequestAllocationResult{Request: "nic", Driver: "nic.example.com", Pool: "x", Device: "eth0"})
 	if err := prepareOne(t, d, other); err != nil {
 		t.Errorf("another driver's device in the claim must be ignored: %v", err)
+	}
+}
+
+// The MIG devices and the checkpoint store are injected; a missing one is
+// refused by name, before recovery touches anything.
+func TestNewRequiresMIGAndStore(t *testing.T) {
+	full, _ := testOptions(t, Options{})
+	noMIG, noStore := full, full
+	noMIG.MIG, noStore.Store = nil, nil
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"no MIG":   {opts: noMIG, want: "Options.MIG is not set"},
+		"no Store": {opts: noStore, want: "Options.Store is not set"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(t.Context(), tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: err = %v, want one containing %q", err, tc.want)
+			}
+		})
 	}
 }

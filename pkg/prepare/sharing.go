@@ -38,13 +38,10 @@ type shareInput struct {
 }
 
 // checkShareConfig accepts, for a share device, a GpuConfig whose strategy
-// is the device's own (or no config); the strategy is what the DeviceClass
-// chose, so a config asking for another one is a mistake worth reporting.
-func checkShareConfig(cfg gpuv1beta1.Config, pub *devicemodel.Published) (*gpuv1beta1.GpuSharing, error) {
-	want := gpuv1beta1.TimeSlicingStrategy
-	if pub.Type == devicemodel.TypeMPS {
-		want = gpuv1beta1.MPSStrategy
-	}
+// is the device's own, want (or no config); the strategy is what the
+// DeviceClass chose, so a config asking for another one is a mistake worth
+// reporting.
+func checkShareConfig(cfg gpuv1beta1.Config, device string, want gpuv1beta1.SharingStrategy) (*gpuv1beta1.GpuSharing, error) {
 	switch c := cfg.(type) {
 	case nil:
 		return &gpuv1beta1.GpuSharing{Strategy: want}, nil
@@ -53,11 +50,11 @@ func checkShareConfig(cfg gpuv1beta1.Config, pub *devicemodel.Published) (*gpuv1
 			return &gpuv1beta1.GpuSharing{Strategy: want}, nil
 		}
 		if c.Sharing.Strategy != want {
-			return nil, fmt.Errorf("device %s is a %s share: sharing strategy %q does not apply to it", pub.Device.Name, want, c.Sharing.Strategy)
+			return nil, fmt.Errorf("device %s is a %s share: sharing strategy %q does not apply to it", device, want, c.Sharing.Strategy)
 		}
 		return c.Sharing, nil
 	default:
-		return nil, fmt.Errorf("device %s is a GPU share: a %s does not apply to it, use %s", pub.Device.Name, cfg.GetObjectKind().GroupVersionKind().Kind, gpuv1beta1.GpuConfigKind)
+		return nil, fmt.Errorf("device %s is a GPU share: a %s does not apply to it, use %s", device, cfg.GetObjectKind().GroupVersionKind().Kind, gpuv1beta1.GpuConfigKind)
 	}
 }
 
@@ -68,20 +65,6 @@ func shareID(claimUID types.UID, pd *checkpoint.PreparedDevice) string {
 
 func shareDeviceRef(pub *devicemodel.Published) sharing.DeviceRef {
 	return sharing.DeviceRef{UUID: pub.GPU.UUID, Index: pub.GPU.Index}
-}
-
-// shareStrategy is the sharing strategy a prepared device has the plugin
-// set up: the share's own, or MPS inside a MIG device; "" for none.
-func shareStrategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy {
-	switch {
-	case pd.Kind == devicemodel.TypeTimeSlicing:
-		return gpuv1beta1.TimeSlicingStrategy
-	case pd.Kind == devicemodel.TypeMPS:
-		return gpuv1beta1.MPSStrategy
-	case pd.MIG != nil && pd.Sharing != nil && pd.Sharing.Strategy == string(gpuv1beta1.MPSStrategy):
-		return gpuv1beta1.MPSStrategy
-	}
-	return ""
 }
 
 // shareRef is the device a share's strategy acts on: the GPU, or the MIG
@@ -104,42 +87,25 @@ func (d *Engine) shareRef(pd *checkpoint.PreparedDevice) sharing.DeviceRef {
 	return sharing.DeviceRef{UUID: pd.GPUUUID}
 }
 
-// acquireShare sets the device up for the share's strategy and records the
-// result (daemon pipe dir, time-slice, container edits) in pd.
-func (d *Engine) acquireShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, in shareInput) error {
+// publishedDevice is the published device of a record.
+func (d *Engine) publishedDevice(pd *checkpoint.PreparedDevice) (*devicemodel.Published, error) {
 	pub := d.devices[pd.Device]
 	if pub == nil {
-		return fmt.Errorf("device %s is no longer present on this node", pd.Device)
+		return nil, fmt.Errorf("device %s is no longer present on this node", pd.Device)
 	}
-	if pd.MIG == nil {
-		if err := d.ensureMIGOff(ctx, pub.GPU.UUID); err != nil {
-			return fmt.Errorf("device %s: %w", pd.Device, err)
-		}
+	return pub, nil
+}
+
+// acquireShare sets the device up for the share with the strategy's
+// manager and records the result (daemon pipe dir, time-slice, container
+// edits) in pd.
+func (d *Engine) acquireShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, in shareInput, m shareManager) error {
+	if _, err := d.publishedDevice(pd); err != nil {
+		return err
 	}
-	ref, id := d.shareRef(pd), shareID(claimUID, pd)
-	var res *sharing.Result
-	var err error
-	switch shareStrategy(pd) {
-	case gpuv1beta1.TimeSlicingStrategy:
-		if d.opts.TimeSlicing == nil {
-			return fmt.Errorf("device %s: time-slicing is not configured on this node", pd.Device)
-		}
-		res, err = d.opts.TimeSlicing.Acquire(ctx, ref, id, in.config.TimeSlicingConfig)
-	case gpuv1beta1.MPSStrategy:
-		if d.opts.MPS == nil {
-			return fmt.Errorf("device %s: MPS is not configured on this node", pd.Device)
-		}
-		compute, memory := in.consumed[devicemodel.CapacityCompute], in.consumed[devicemodel.CapacityMemory]
-		share := sharing.MPSShare{ID: id, Config: in.config.MPSConfig, Capacity: sharing.ShareCapacity{
-			ComputePercent: int(compute.Value()),
-			MemoryBytes:    memory.Value(),
-		}}
-		res, err = d.opts.MPS.Acquire(ctx, ref, share)
-	default:
-		return fmt.Errorf("device %s: no sharing strategy to set up", pd.Device)
-	}
+	res, err := m.acquire(ctx, d, d.shareRef(pd), shareID(claimUID, pd), pd, in)
 	if err != nil {
-		return fmt.Errorf("device %s: %w", pd.Device, err)
+		return err
 	}
 	for _, w := range res.Warnings {
 		klog.FromContext(ctx).Info("Sharing warning", "device", pd.Device, "warning", w)
@@ -154,22 +120,12 @@ func (d *Engine) acquireShare(ctx context.Context, claimUID types.UID, pd *check
 
 // releaseShare undoes acquireShare; it needs only the record's identity,
 // so it also cleans up after a crash before the result was recorded.
-func (d *Engine) releaseShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice) error {
+func (d *Engine) releaseShare(ctx context.Context, claimUID types.UID, pd *checkpoint.PreparedDevice, m shareManager) error {
 	ref, id := d.shareRef(pd), shareID(claimUID, pd)
 	if ref.UUID == "" {
 		return nil // a MIG device whose instance was never created
 	}
-	switch shareStrategy(pd) {
-	case gpuv1beta1.TimeSlicingStrategy:
-		if d.opts.TimeSlicing != nil {
-			return d.opts.TimeSlicing.Release(ctx, ref, id)
-		}
-	case gpuv1beta1.MPSStrategy:
-		if d.opts.MPS != nil {
-			return d.opts.MPS.Release(ctx, ref, id)
-		}
-	}
-	return nil
+	return m.release(ctx, d, ref, id)
 }
 
 // shareEdits are the container edits recorded for a share.
