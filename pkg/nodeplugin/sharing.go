@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
 
@@ -26,7 +27,7 @@ func sharingManagers(ctx context.Context, cfg *Config, hw *hardware, client kube
 	modes := sharing.NewNVMLComputeModes(hw.nvml)
 	var slicer sharing.TimeSlicer = &sharing.NvidiaSMITimeSlicer{Path: filepath.Join(hw.driverRoot, "usr/bin/nvidia-smi")}
 	if hw.sim != nil {
-		slicer = sharing.NewSimTimeSlicer(hw.sim)
+		slicer = simhooks.NewTimeSlicer(hw.sim)
 	}
 	ts, err := sharing.NewTimeSlicingManager(sharing.TimeSlicingOptions{
 		StateDir: filepath.Join(cfg.PluginDataDir, "timeslicing"), TimeSlicer: slicer, ComputeModes: modes,
