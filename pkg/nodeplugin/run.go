@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		}
 		collector := telemetry.NewCollector(telemetry.CollectorOptions{
 			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: gpus, Holders: drv, Health: monitor,
+			MIGDeviceName: devicemodel.StaticMIGDeviceName,
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
 	}
