@@ -10,8 +10,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
@@ -45,24 +43,19 @@ func healthMonitor(ctx context.Context, cfg *Config, hw *hardware, gpus []discov
 	return mon, nil
 }
 
-// publishWithHealth publishes the node's resources, tainting the devices
-// of unhealthy GPUs, and publishes again on every health change.
-func publishWithHealth(ctx context.Context, helper *kubeletplugin.Helper, mon *health.Monitor, res resourceslice.DriverResources, devices func() []health.Device, cfg *Config) {
-	logger := klog.FromContext(ctx)
+// taintPolicy is the default taint policy with --health-taint-effects
+// applied; a value that does not parse is logged and ignored.
+func taintPolicy(ctx context.Context, cfg *Config) health.TaintPolicy {
 	policy := health.DefaultTaintPolicy(cfg.DriverName)
 	if cfg.HealthTaintEffects != "" {
 		effects, err := health.ParseTaintEffects(cfg.HealthTaintEffects)
 		if err != nil {
-			logger.Error(err, "Ignoring --health-taint-effects")
+			klog.FromContext(ctx).Error(err, "Ignoring --health-taint-effects")
 		} else {
 			policy.Effects = effects
 		}
 	}
-	for snap := range mon.Subscribe(ctx) {
-		if err := helper.PublishResources(ctx, health.TaintResources(res, snap, devices(), policy)); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Publish ResourceSlices")
-		}
-	}
+	return policy
 }
 
 // metricsSecurity is how the metrics server guards itself, by

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -16,10 +15,6 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
-
-// simMPSControl is the simulated nvidia-cuda-mps-control, installed next to
-// the plugin binary (cmd/mps-control-sim).
-const simMPSControl = "mps-control-sim"
 
 // sharingManagers builds the time-slicing and MPS managers. MPS is nil when
 // no control program is found; the node then publishes no MPS shares.
@@ -87,24 +82,15 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 	return mpspod.New(opts)
 }
 
-// mpsControl finds nvidia-cuda-mps-control: the flag, else the driver
+// mpsControl chooses nvidia-cuda-mps-control: the flag, else the driver
 // root's, else — in simulation — the simulated one beside the plugin.
 func mpsControl(cfg *Config, hw *hardware) string {
-	if cfg.MPSControl != "" {
+	switch {
+	case cfg.MPSControl != "":
 		return cfg.MPSControl
+	case hw.sim != nil:
+		return simhooks.MPSControl()
+	default:
+		return sharing.FindMPSControl(hw.driverRoot)
 	}
-	if hw.sim == nil {
-		path := filepath.Join(hw.driverRoot, "usr/bin/nvidia-cuda-mps-control")
-		if _, err := os.Stat(path); err == nil {
-			return path
-		}
-		return ""
-	}
-	if exe, err := os.Executable(); err == nil {
-		path := filepath.Join(filepath.Dir(exe), simMPSControl)
-		if _, err := os.Stat(path); err == nil {
-			return path
-		}
-	}
-	return ""
 }

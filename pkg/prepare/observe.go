@@ -230,3 +230,11 @@ func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
 	a.MPSDaemons = len(mpsGPUs)
 	return a
 }
+
+// SetHealth hands the engine the health source its WatchHealthStatus
+// reports from, when it could not be given in Options: the plugin builds the
+// health monitor over the GPUs it discovers after New's recovery. Call it
+// once, before the kubelet can reach the engine, as SetDevices.
+func (d *Engine) SetHealth(h Health) {
+	d.opts.Health = h
+}

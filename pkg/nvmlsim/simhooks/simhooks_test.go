@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -99,5 +101,28 @@ func TestEventHandler(t *testing.T) {
 				t.Errorf("GPU 1 lost: %v, want %v", m.GPULost(1), tc.lost)
 			}
 		})
+	}
+}
+
+// TestMPSControl: the simulated control program is found only beside the
+// executable (here the test binary, which has none beside it).
+func TestMPSControl(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), MPSControlProgram)
+	if _, err := os.Stat(beside); err == nil {
+		t.Skipf("%s exists beside the test binary; cannot check the missing case", beside)
+	}
+	if got := MPSControl(); got != "" {
+		t.Fatalf("MPSControl() = %q with nothing beside %s", got, exe)
+	}
+	if err := os.WriteFile(beside, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Skipf("cannot write beside the test binary: %v", err)
+	}
+	defer func() { _ = os.Remove(beside) }()
+	if got := MPSControl(); got != beside {
+		t.Errorf("MPSControl() = %q, want %q", got, beside)
 	}
 }
