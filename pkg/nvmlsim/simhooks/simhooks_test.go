@@ -11,22 +11,17 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
 
+func TestMain(m *testing.M) { os.Exit(simnode.Main(m)) }
+
 // newSim returns an initialized simulated machine.
 func newSim(t *testing.T, machine string) *nvmlsim.Machine {
 	t.Helper()
-	m, err := nvmlsim.New(machine, nvmlsim.WithSeed(t.Name()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ret := m.Init(); ret != nvml.SUCCESS {
-		t.Fatalf("Init: %v", ret)
-	}
-	t.Cleanup(func() { m.Shutdown() })
-	return m
+	return simnode.New(t, machine, "node-1").Machine
 }
 
 // TestTimeSlicer checks the adapter over the simulation.
