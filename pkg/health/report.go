@@ -6,16 +6,14 @@ import (
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-
-	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 // DefaultReportTimeout is the HealthCheckTimeout of the reports sent to the
 // kubelet (its own default); reports are re-sent every third of it.
 const DefaultReportTimeout = 30 * time.Second
 
-// Device is a published device whose health follows a GPU.
+// Device is a published device whose health follows a GPU. The prepare
+// engine lists them from the device model and its checkpoint.
 type Device struct {
 	// Pool and Name identify the device in the ResourceSlices.
 	Pool string
@@ -26,36 +24,6 @@ type Device struct {
 	// and for prepared dynamic ones. Conditions of other MIG instances of
 	// the GPU do not affect the device.
 	MIG *MIGInstance
-}
-
-// DevicesFromPublished lists the published devices of pool with the GPU
-// each follows. prepared (the checkpoint's claims) tells which dynamic MIG
-// device currently is which MIG instance; without it, dynamic MIG devices
-// follow only GPU-wide conditions.
-func DevicesFromPublished(pool string, published []devicemodel.Published, prepared []checkpoint.PreparedClaim) []Device {
-	instances := map[string]MIGInstance{}
-	for _, c := range prepared {
-		for _, pd := range c.Devices {
-			if pd.MIG != nil && pd.Pool == pool {
-				instances[pd.Device] = MIGInstance{GPUInstance: pd.MIG.GIID, ComputeInstance: pd.MIG.CIID}
-			}
-		}
-	}
-	out := make([]Device, 0, len(published))
-	for i := range published {
-		p := &published[i]
-		if p.GPU == nil {
-			continue
-		}
-		d := Device{Pool: pool, Name: p.Device.Name, GPUUUID: p.GPU.UUID}
-		if p.StaticMIG != nil {
-			d.MIG = &MIGInstance{GPUInstance: p.StaticMIG.GIID, ComputeInstance: p.StaticMIG.CIID}
-		} else if inst, ok := instances[d.Name]; ok {
-			d.MIG = &inst
-		}
-		out = append(out, d)
-	}
-	return out
 }
 
 // Report builds a kubelet health report covering devices: Healthy,

@@ -8,43 +8,21 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
-
-	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 )
 
-func TestDevicesFromPublishedAndReport(t *testing.T) {
-	g0 := &discovery.GPU{UUID: "GPU-0", Minor: 0}
-	g1 := &discovery.GPU{UUID: "GPU-1", Minor: 1}
-	published := []devicemodel.Published{
-		{Device: resourceapi.Device{Name: "gpu-0"}, Type: devicemodel.TypeGPU, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-ts"}, Type: devicemodel.TypeTimeSlicing, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-6"}, Type: devicemodel.TypeMIG, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-5"}, Type: devicemodel.TypeMIG, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-1-mig-gi2-ci0"}, Type: devicemodel.TypeMIG, GPU: g1,
-			StaticMIG: &mig.Instance{GPUUUID: "GPU-1", GIID: 2, CIID: 0}},
-	}
-	prepared := []checkpoint.PreparedClaim{{Devices: []checkpoint.PreparedDevice{
-		{Pool: "node-1", Device: "gpu-0-mig-1g.10gb-6", MIG: &checkpoint.MigInstance{ParentUUID: "GPU-0", GIID: 9, CIID: 0}},
-	}}}
-	devices := DevicesFromPublished("node-1", published, prepared)
-	if len(devices) != len(published) {
-		t.Fatalf("got %d devices, want %d", len(devices), len(published))
+// TestReport: the devices are those pkg/prepare's TestHealthDevices
+// lists from the device model and the checkpoint.
+func TestReport(t *testing.T) {
+	devices := []Device{
+		{Pool: "node-1", Name: "gpu-0", GPUUUID: "GPU-0"},
+		{Pool: "node-1", Name: "gpu-0-ts", GPUUUID: "GPU-0"},
+		{Pool: "node-1", Name: "gpu-0-mig-1g.10gb-6", GPUUUID: "GPU-0", MIG: &MIGInstance{GPUInstance: 9, ComputeInstance: 0}},
+		{Pool: "node-1", Name: "gpu-0-mig-1g.10gb-5", GPUUUID: "GPU-0"},
+		{Pool: "node-1", Name: "gpu-1-mig-gi2-ci0", GPUUUID: "GPU-1", MIG: &MIGInstance{GPUInstance: 2, ComputeInstance: 0}},
 	}
 	byName := map[string]Device{}
 	for _, d := range devices {
 		byName[d.Name] = d
-	}
-	if d := byName["gpu-0-mig-1g.10gb-6"]; d.MIG == nil || d.MIG.GPUInstance != 9 {
-		t.Errorf("prepared dynamic MIG device: %+v, want GI 9", d)
-	}
-	if d := byName["gpu-0-mig-1g.10gb-5"]; d.MIG != nil {
-		t.Errorf("unprepared placement has a MIG instance: %+v", d.MIG)
-	}
-	if d := byName["gpu-1-mig-gi2-ci0"]; d.MIG == nil || d.MIG.GPUInstance != 2 || d.GPUUUID != "GPU-1" {
-		t.Errorf("static MIG device: %+v", d)
 	}
 
 	// GI 9 on GPU-0 is unhealthy; GPU-1 is lost.

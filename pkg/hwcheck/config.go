@@ -12,17 +12,16 @@ import (
 
 // Config is what one hardware check needs.
 type Config struct {
-	// Simulate runs the check over this simulated machine instead of the
-	// real NVML (the dry run `make check` does); empty: real GPUs.
-	Simulate string
+	// Hardware holds the kubelet plugin's flags that say where the GPUs
+	// and the driver are (nodeplugin.Config.AddHardwareFlags), which the
+	// check shares: Simulate runs the check over a simulated machine instead
+	// of the real NVML (the dry run `make check` does); NVMLLibraryPath,
+	// DriverRoot and SysfsRoot are for real GPUs. The plugin the check runs
+	// starts from it.
+	Hardware nodeplugin.Config
 	// CompareWith is the simulated machine each GPU is compared with;
 	// empty picks the machine whose GPUs have the same product name.
 	CompareWith string
-	// NVMLLibraryPath, DriverRoot and SysfsRoot are the plugin's flags of
-	// the same names, for real GPUs.
-	NVMLLibraryPath string
-	DriverRoot      string
-	SysfsRoot       string
 	// DevicePolicyFile is the chosen device policy --print-slices runs
 	// with, besides the default (everything a GPU supports).
 	DevicePolicyFile string
@@ -44,11 +43,8 @@ type Config struct {
 
 // AddFlags registers the check's flags on fs.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("Check a simulated machine instead of the real GPUs (a dry run), one of %v.", nvmlsim.Machines()))
+	c.Hardware.AddHardwareFlags(fs)
 	fs.StringVar(&c.CompareWith, "compare-with", "", "Simulated machine to compare each GPU with; default: the one whose GPUs have the same product name.")
-	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
-	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Path of the NVIDIA driver installation (device nodes, libraries, binaries).")
-	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs.")
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "Device policy file --print-slices also runs with (see docs/device-model.md); empty: only the default.")
 	fs.StringVar(&c.NodeName, "node-name", "gpu-check", "Node name used in slices and claims.")
 	fs.StringVar(&c.OutDir, "out", ".", "Directory for gpu-check-report.md, gpu-check-report.json and the printed slices.")
@@ -60,7 +56,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 // Validate reports configuration errors before anything runs.
 func (c *Config) Validate() error {
-	for flag, machine := range map[string]string{"--simulate": c.Simulate, "--compare-with": c.CompareWith} {
+	for flag, machine := range map[string]string{"--simulate": c.Hardware.Simulate, "--compare-with": c.CompareWith} {
 		if machine == "" {
 			continue
 		}
@@ -85,12 +81,7 @@ func (c *Config) Validate() error {
 
 // pluginConfig is the kubelet plugin's configuration for this check.
 func (c *Config) pluginConfig() *nodeplugin.Config {
-	return &nodeplugin.Config{
-		DriverName:      nodeplugin.DefaultDriverName,
-		NodeName:        c.NodeName,
-		Simulate:        c.Simulate,
-		NVMLLibraryPath: c.NVMLLibraryPath,
-		DriverRoot:      c.DriverRoot,
-		SysfsRoot:       c.SysfsRoot,
-	}
+	cfg := c.Hardware
+	cfg.DriverName, cfg.NodeName = nodeplugin.DefaultDriverName, c.NodeName
+	return &cfg
 }

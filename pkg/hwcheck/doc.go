@@ -6,6 +6,6 @@
 //
 // It never changes a GPU: all NVML access goes through a Guard that refuses
 // every setter (MIG mode, instances, compute mode, clocks, resets) and
-// records the attempt as a violation. With Config.Simulate it runs the same
+// records the attempt as a violation. With Config.Hardware.Simulate it runs the same
 // checks over a simulated machine, which is how `make check` tests it.
 package hwcheck

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/component-base/metrics"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
@@ -77,7 +78,7 @@ var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // which of the driver's readings NVML gave no value for (the NVML calls
 // behind them and their return codes are in the report's call table).
 func (c *check) telemetry(_ context.Context, r *Report) error {
-	opts := telemetry.CollectorOptions{NVML: c.nvml, NodeName: c.cfg.NodeName, GPUs: c.gpus}
+	opts := telemetry.CollectorOptions{NVML: c.nvml, NodeName: c.cfg.NodeName, GPUs: c.gpus, MIGDeviceName: devicemodel.StaticMIGDeviceName}
 	if c.healthSnap != nil {
 		opts.Health = snapshotSource(c.healthSnap)
 	}

@@ -65,8 +65,8 @@ func run(ctx context.Context, cfg Config, work string) error {
 		return fmt.Errorf("create --out directory: %w", err)
 	}
 	c := &check{cfg: cfg, guard: NewGuard(), work: work, report: &Report{Mode: "real", Started: time.Now()}}
-	if cfg.Simulate != "" {
-		c.report.Mode = "simulated " + cfg.Simulate
+	if cfg.Hardware.Simulate != "" {
+		c.report.Mode = "simulated " + cfg.Hardware.Simulate
 	}
 	c.report.Machine = hostFacts()
 
@@ -176,19 +176,19 @@ func (r *Report) timing(what string, start time.Time) {
 // root and sysfs written below the work directory, behind the guard.
 func (c *check) openNVML(_ context.Context, r *Report) error {
 	var lib nvml.Interface
-	if c.cfg.Simulate == "" {
-		lib = nvml.New(nvml.WithLibraryPath(c.cfg.NVMLLibraryPath))
+	if c.cfg.Hardware.Simulate == "" {
+		lib = nvml.New(nvml.WithLibraryPath(c.cfg.Hardware.NVMLLibraryPath))
 	} else {
-		m, err := nvmlsim.New(c.cfg.Simulate, nvmlsim.WithSeed(c.cfg.NodeName))
+		m, err := nvmlsim.New(c.cfg.Hardware.Simulate, nvmlsim.WithSeed(c.cfg.NodeName))
 		if err != nil {
 			return err
 		}
-		c.cfg.DriverRoot = filepath.Join(c.work, "driver-root")
-		c.cfg.SysfsRoot = filepath.Join(c.work, "sys")
-		if err := m.WriteDriverRoot(c.cfg.DriverRoot); err != nil {
+		c.cfg.Hardware.DriverRoot = filepath.Join(c.work, "driver-root")
+		c.cfg.Hardware.SysfsRoot = filepath.Join(c.work, "sys")
+		if err := m.WriteDriverRoot(c.cfg.Hardware.DriverRoot); err != nil {
 			return fmt.Errorf("write simulated driver root: %w", err)
 		}
-		if err := m.WriteSysfs(c.cfg.SysfsRoot); err != nil {
+		if err := m.WriteSysfs(c.cfg.Hardware.SysfsRoot); err != nil {
 			return fmt.Errorf("write simulated sysfs: %w", err)
 		}
 		lib = m
@@ -196,7 +196,7 @@ func (c *check) openNVML(_ context.Context, r *Report) error {
 	c.nvml = c.guard.Wrap(lib)
 	start := time.Now()
 	if ret := c.nvml.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("initialize NVML (%s): %w", c.cfg.NVMLLibraryPath, ret)
+		return fmt.Errorf("initialize NVML (%s): %w", c.cfg.Hardware.NVMLLibraryPath, ret)
 	}
 	r.timing("NVML init", start)
 	if v, ret := c.nvml.SystemGetNVMLVersion(); ret == nvml.SUCCESS {
@@ -207,7 +207,7 @@ func (c *check) openNVML(_ context.Context, r *Report) error {
 
 func (c *check) discover(ctx context.Context, r *Report) error {
 	start := time.Now()
-	gpus, err := discovery.Discover(ctx, c.nvml, discovery.Options{SysfsRoot: c.cfg.SysfsRoot})
+	gpus, err := discovery.Discover(ctx, c.nvml, discovery.Options{SysfsRoot: c.cfg.Hardware.SysfsRoot})
 	if err != nil {
 		return err
 	}

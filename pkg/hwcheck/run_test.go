@@ -12,13 +12,14 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
 func simConfig(t *testing.T, machine string) Config {
 	t.Helper()
 	return Config{
-		Simulate: machine, NodeName: "gpu-check", OutDir: t.TempDir(),
+		Hardware: nodeplugin.Config{Simulate: machine}, NodeName: "gpu-check", OutDir: t.TempDir(),
 		Deadline: 3 * time.Minute, PhaseTimeout: time.Minute, HealthWatch: 500 * time.Millisecond, ExpectClean: true,
 	}
 }

@@ -111,6 +111,7 @@ const (
 
 // AddFlags registers the plugin's flags on fs.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	c.AddHardwareFlags(fs)
 	fs.StringVar(&c.DriverName, "driver-name", DefaultDriverName, "DRA driver name published in ResourceSlices and used for the kubelet registration.")
 	fs.StringVar(&c.NodeName, "node-name", "", "Name of the node this plugin runs on; names the resource pool.")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
@@ -119,10 +120,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName), "Directory for the plugin socket, checkpoint and simulation state.")
 	fs.StringVar(&c.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for transient CDI specs, read by the container runtime.")
-	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Path of the NVIDIA driver installation (device nodes, libraries, binaries) as the plugin sees it.")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "Path of the driver installation on the host, for the CDI specs the container runtime reads; default: --driver-root. Set it when the plugin runs in a container that mounts the host's driver root elsewhere, e.g. --driver-root=/driver-root --host-driver-root=/.")
-	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs, for PCIe root and NUMA attributes.")
-	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "YAML file saying what each GPU publishes: whole GPU, dynamic MIG, time-slicing and MPS shares and their count, with per-GPU overrides by minor or UUID (see docs/device-model.md). Empty publishes everything a GPU supports.")
 	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
 	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
@@ -140,8 +138,17 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		" (HTTPS; a bearer token the API server authenticates with a TokenReview, whose user may get the non-resource URL /metrics, or post /simulate/event, by a SubjectAccessReview; docs/telemetry.md).")
 	fs.StringVar(&c.MetricsCertFile, "metrics-tls-cert-file", "", "HTTPS serving certificate of the metrics address (with --metrics-tls-key-file); empty with --metrics-auth=delegated: a self-signed one generated at start.")
 	fs.StringVar(&c.MetricsKeyFile, "metrics-tls-key-file", "", "Private key of --metrics-tls-cert-file.")
-	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
+}
+
+// AddHardwareFlags registers the flags that say where the GPUs and the
+// driver are: --driver-root, --sysfs-root, --nvml-library and --simulate.
+// The hardware check (pkg/hwcheck) registers the same flags through it.
+func (c *Config) AddHardwareFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Path of the NVIDIA driver installation (device nodes, libraries, binaries) as the plugin sees it.")
+	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs, for PCIe root and NUMA attributes.")
+	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
+	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
 }
 
 // shmSize is what --mps-shm-size accepts: a plain size, without the

@@ -6,19 +6,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -47,24 +43,19 @@ func healthMonitor(ctx context.Context, cfg *Config, hw *hardware, gpus []discov
 	return mon, nil
 }
 
-// publishWithHealth publishes the node's resources, tainting the devices
-// of unhealthy GPUs, and publishes again on every health change.
-func publishWithHealth(ctx context.Context, helper *kubeletplugin.Helper, mon *health.Monitor, res resourceslice.DriverResources, devices func() []health.Device, cfg *Config) {
-	logger := klog.FromContext(ctx)
+// taintPolicy is the default taint policy with --health-taint-effects
+// applied; a value that does not parse is logged and ignored.
+func taintPolicy(ctx context.Context, cfg *Config) health.TaintPolicy {
 	policy := health.DefaultTaintPolicy(cfg.DriverName)
 	if cfg.HealthTaintEffects != "" {
 		effects, err := health.ParseTaintEffects(cfg.HealthTaintEffects)
 		if err != nil {
-			logger.Error(err, "Ignoring --health-taint-effects")
+			klog.FromContext(ctx).Error(err, "Ignoring --health-taint-effects")
 		} else {
 			policy.Effects = effects
 		}
 	}
-	for snap := range mon.Subscribe(ctx) {
-		if err := helper.PublishResources(ctx, health.TaintResources(res, snap, devices(), policy)); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Publish ResourceSlices")
-		}
-	}
+	return policy
 }
 
 // metricsSecurity is how the metrics server guards itself, by
@@ -81,40 +72,12 @@ func metricsSecurity(cfg *Config, client kubernetes.Interface) (telemetry.Securi
 	return sec, nil
 }
 
-// serveMetrics serves /metrics and, in simulation, /simulate/event, which
-// injects an NVML event into the simulated GPUs so demos can show a GPU
-// going unhealthy (POST /simulate/event?gpu=0&xid=79, or &lost=true).
+// serveMetrics serves /metrics and, in simulation, simhooks.EventPath,
+// which injects NVML events into the simulated GPUs.
 func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.KubeRegistry, sec telemetry.Security) {
 	extra := map[string]http.Handler{}
 	if hw.sim != nil {
-		extra["/simulate/event"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method != http.MethodPost {
-				http.Error(w, "POST only", http.StatusMethodNotAllowed)
-				return
-			}
-			gpu, err := strconv.Atoi(r.URL.Query().Get("gpu"))
-			if err != nil || gpu < 0 || gpu >= hw.sim.GPUCount() {
-				http.Error(w, "gpu: want an index below "+strconv.Itoa(hw.sim.GPUCount()), http.StatusBadRequest)
-				return
-			}
-			switch q := r.URL.Query(); {
-			case q.Get("lost") != "":
-				err = hw.sim.SetGPULost(gpu, q.Get("lost") == "true")
-			case q.Get("xid") != "":
-				xid, perr := strconv.ParseUint(q.Get("xid"), 10, 64)
-				if perr != nil {
-					http.Error(w, "xid: "+perr.Error(), http.StatusBadRequest)
-					return
-				}
-				hw.sim.InjectEvent(gpu, nvml.EventTypeXidCriticalError, xid)
-			default:
-				http.Error(w, "give xid=N or lost=true|false", http.StatusBadRequest)
-				return
-			}
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-			}
-		})
+		extra[simhooks.EventPath] = simhooks.EventHandler(hw.sim)
 	}
 	if err := telemetry.Serve(ctx, cfg.MetricsAddress, reg, extra, sec); err != nil {
 		klog.FromContext(ctx).Error(err, "Metrics server", "address", cfg.MetricsAddress)

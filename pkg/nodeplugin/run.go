@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
@@ -18,6 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -57,18 +59,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	// The health monitor and metrics need the GPUs; the device model is
-	// built after recovery, which may destroy MIG instances a crashed
-	// prepare left (they must not be published as static MIG devices).
-	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
-	if err != nil {
-		return fmt.Errorf("discover GPUs: %w", err)
-	}
 	metrics := telemetry.NewDriverMetrics(cfg.NodeName)
-	monitor, err := healthMonitor(ctx, cfg, hw, gpus, metrics)
-	if err != nil {
-		return err
-	}
 	checkpointPath := filepath.Join(cfg.PluginDataDir, CheckpointFile)
 	opts := prepare.Options{
 		DriverName:     cfg.DriverName,
@@ -77,7 +68,6 @@ func Run(ctx context.Context, cfg *Config) error {
 		Store:          checkpoint.NewFileStore(checkpointPath),
 		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, cdi.WithHostDriverRoot(hw.hostDriverRoot)),
 		TimeSlicing:    ts,
-		Health:         monitor,
 		Metrics:        metrics,
 		CheckpointPath: checkpointPath,
 		Fatal:          cancel,
@@ -93,14 +83,21 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	if gpus, err = discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot}); err != nil {
-		return fmt.Errorf("discover GPUs: %w", err)
-	}
-	published, counterSets := devicemodel.Model(gpus, devicemodel.Options{
+	// Discovery runs after New's recovery, which may destroy MIG instances
+	// a crashed prepare left: they must not be published as static MIG
+	// devices, nor measured.
+	node, err := discoverNode(ctx, hw, devicemodel.Options{
 		NodeName: cfg.NodeName, Policy: policy, OwnedMIG: drv.OwnsMIG, NoMPS: mps == nil,
 	})
-	drv.SetDevices(ctx, published)
-	resources := devicemodel.Resources(cfg.NodeName, published, counterSets)
+	if err != nil {
+		return err
+	}
+	monitor, err := healthMonitor(ctx, cfg, hw, node.gpus, metrics)
+	if err != nil {
+		return err
+	}
+	drv.SetHealth(monitor)
+	drv.SetDevices(ctx, node.published)
 	if err := monitor.Start(ctx); err != nil {
 		return fmt.Errorf("start health monitor: %w", err)
 	}
@@ -120,18 +117,22 @@ func Run(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	go publishWithHealth(ctx, helper, monitor, resources, drv.HealthDevices, cfg)
+	go publisher.Run(ctx, publisher.Options{
+		Target: helper, Health: monitor, Resources: node.resources, Devices: drv.HealthDevices,
+		Policy: taintPolicy(ctx, cfg),
+	})
 	if cfg.MetricsAddress != "" {
 		sec, err := metricsSecurity(cfg, client)
 		if err != nil {
 			return err
 		}
 		collector := telemetry.NewCollector(telemetry.CollectorOptions{
-			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: gpus, Holders: drv, Health: monitor,
+			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor,
+			MIGDeviceName: devicemodel.StaticMIGDeviceName,
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
 	}
-	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(gpus))
+	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(node.gpus))
 
 	<-ctx.Done()
 	return shutdown(ctx)
@@ -169,15 +170,33 @@ func printSlices(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	node, err := discoverNode(ctx, hw, devicemodel.Options{
+		NodeName: cfg.NodeName, Policy: policy,
+		OwnedMIG: ownedMIG(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile)), NoMPS: mpsControl(cfg, hw) == "",
+	})
+	if err != nil {
+		return err
+	}
+	return devicemodel.WriteYAML(cfg.Out, devicemodel.ResourceSlices(node.resources, cfg.DriverName, cfg.NodeName))
+}
+
+// node is what discovery found and the device model makes of it.
+type node struct {
+	gpus      []discovery.GPU
+	published []devicemodel.Published
+	resources resourceslice.DriverResources
+}
+
+// discoverNode discovers the GPUs and models the devices the node
+// publishes: the one entry point of Run and --print-slices, so what
+// --print-slices prints is what the plugin publishes.
+func discoverNode(ctx context.Context, hw *hardware, opts devicemodel.Options) (node, error) {
 	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
 	if err != nil {
-		return fmt.Errorf("discover GPUs: %w", err)
+		return node{}, fmt.Errorf("discover GPUs: %w", err)
 	}
-	owned := ownedMIG(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile))
-	resources := devicemodel.Build(gpus, devicemodel.Options{
-		NodeName: cfg.NodeName, Policy: policy, OwnedMIG: owned, NoMPS: mpsControl(cfg, hw) == "",
-	})
-	return devicemodel.WriteYAML(cfg.Out, devicemodel.ResourceSlices(resources, cfg.DriverName, cfg.NodeName))
+	published, counterSets := devicemodel.Model(gpus, opts)
+	return node{gpus: gpus, published: published, resources: devicemodel.Resources(opts.NodeName, published, counterSets)}, nil
 }
 
 // ownedMIG reads, without changing anything, which MIG instances the

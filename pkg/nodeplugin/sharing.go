@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -13,12 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
-
-// simMPSControl is the simulated nvidia-cuda-mps-control, installed next to
-// the plugin binary (cmd/mps-control-sim).
-const simMPSControl = "mps-control-sim"
 
 // sharingManagers builds the time-slicing and MPS managers. MPS is nil when
 // no control program is found; the node then publishes no MPS shares.
@@ -26,7 +22,7 @@ func sharingManagers(ctx context.Context, cfg *Config, hw *hardware, client kube
 	modes := sharing.NewNVMLComputeModes(hw.nvml)
 	var slicer sharing.TimeSlicer = &sharing.NvidiaSMITimeSlicer{Path: filepath.Join(hw.driverRoot, "usr/bin/nvidia-smi")}
 	if hw.sim != nil {
-		slicer = sharing.NewSimTimeSlicer(hw.sim)
+		slicer = simhooks.NewTimeSlicer(hw.sim)
 	}
 	ts, err := sharing.NewTimeSlicingManager(sharing.TimeSlicingOptions{
 		StateDir: filepath.Join(cfg.PluginDataDir, "timeslicing"), TimeSlicer: slicer, ComputeModes: modes,
@@ -86,24 +82,15 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 	return mpspod.New(opts)
 }
 
-// mpsControl finds nvidia-cuda-mps-control: the flag, else the driver
+// mpsControl chooses nvidia-cuda-mps-control: the flag, else the driver
 // root's, else — in simulation — the simulated one beside the plugin.
 func mpsControl(cfg *Config, hw *hardware) string {
-	if cfg.MPSControl != "" {
+	switch {
+	case cfg.MPSControl != "":
 		return cfg.MPSControl
+	case hw.sim != nil:
+		return simhooks.MPSControl()
+	default:
+		return sharing.FindMPSControl(hw.driverRoot)
 	}
-	if hw.sim == nil {
-		path := filepath.Join(hw.driverRoot, "usr/bin/nvidia-cuda-mps-control")
-		if _, err := os.Stat(path); err == nil {
-			return path
-		}
-		return ""
-	}
-	if exe, err := os.Executable(); err == nil {
-		path := filepath.Join(filepath.Dir(exe), simMPSControl)
-		if _, err := os.Stat(path); err == nil {
-			return path
-		}
-	}
-	return ""
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/podattribution"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -103,7 +104,7 @@ type Engine struct {
 	devices   map[string]*devicemodel.Published
 	published []devicemodel.Published
 	// attribution names the pods and containers using each prepared claim.
-	attribution *telemetry.Attribution
+	attribution *podattribution.Attribution
 
 	mu sync.Mutex // guards cp and batch
 	cp *checkpoint.Checkpoint
@@ -136,7 +137,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		devices:     map[string]*devicemodel.Published{},
 		locks:       newKeyedMutex(),
 		store:       opts.Store,
-		attribution: telemetry.NewAttribution(opts.Pods),
+		attribution: podattribution.New(opts.Pods),
 		problems:    map[types.UID]string{},
 	}
 	if err := d.recover(ctx); err != nil {

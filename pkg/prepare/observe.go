@@ -13,7 +13,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/podattribution"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -35,12 +37,95 @@ func (d *Engine) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 // HealthDevices maps the published devices to their GPUs (and prepared MIG
 // instances) for health reports and taints.
 func (d *Engine) HealthDevices() []health.Device {
-	return health.DevicesFromPublished(d.opts.PoolName, d.published, d.PreparedClaims())
+	return healthDevices(d.opts.PoolName, d.published, d.PreparedClaims())
+}
+
+// healthDevices lists the published devices of pool with the GPU each
+// follows. prepared (the checkpoint's claims) tells which dynamic MIG
+// device currently is which MIG instance; without it, dynamic MIG devices
+// follow only GPU-wide conditions.
+func healthDevices(pool string, published []devicemodel.Published, prepared []checkpoint.PreparedClaim) []health.Device {
+	instances := map[string]health.MIGInstance{}
+	for _, c := range prepared {
+		for _, pd := range c.Devices {
+			if pd.MIG != nil && pd.Pool == pool {
+				instances[pd.Device] = health.MIGInstance{GPUInstance: pd.MIG.GIID, ComputeInstance: pd.MIG.CIID}
+			}
+		}
+	}
+	out := make([]health.Device, 0, len(published))
+	for i := range published {
+		p := &published[i]
+		if p.GPU == nil {
+			continue
+		}
+		hd := health.Device{Pool: pool, Name: p.Device.Name, GPUUUID: p.GPU.UUID}
+		if p.StaticMIG != nil {
+			hd.MIG = &health.MIGInstance{GPUInstance: p.StaticMIG.GIID, ComputeInstance: p.StaticMIG.CIID}
+		} else if inst, ok := instances[hd.Name]; ok {
+			hd.MIG = &inst
+		}
+		out = append(out, hd)
+	}
+	return out
 }
 
 // Holders implements telemetry.HolderSource.
 func (d *Engine) Holders() map[string][]telemetry.Holder {
-	return telemetry.HoldersFromClaims(d.PreparedClaims(), d.attribution.Consumers)
+	return holdersFromClaims(d.PreparedClaims(), d.attribution.Consumers)
+}
+
+// holdersFromClaims builds the holder map from the checkpoint's claims.
+// consumers returns the pods and containers using a claim
+// (podattribution.Attribution.Consumers); nil or an empty result yields one
+// holder without a pod. A device gets one holder per container using it,
+// and one without a container for a pod none of whose known containers
+// uses it. Claims not completely prepared are skipped.
+func holdersFromClaims(claims []checkpoint.PreparedClaim, consumers func(types.UID) []podattribution.Consumer) map[string][]telemetry.Holder {
+	out := map[string][]telemetry.Holder{}
+	for _, c := range claims {
+		if c.State != checkpoint.PrepareCompleted {
+			continue
+		}
+		var users []podattribution.Consumer
+		if consumers != nil {
+			users = consumers(c.UID)
+		}
+		if len(users) == 0 {
+			users = []podattribution.Consumer{{}}
+		}
+		for _, pd := range c.Devices {
+			holders := deviceHolders(c, pd, users)
+			for _, uuid := range pd.UUIDs {
+				out[uuid] = append(out[uuid], holders...)
+			}
+		}
+	}
+	return out
+}
+
+// deviceHolders returns the holders of one device of claim c.
+func deviceHolders(c checkpoint.PreparedClaim, pd checkpoint.PreparedDevice, users []podattribution.Consumer) []telemetry.Holder {
+	holder := func(pod, container string) telemetry.Holder {
+		return telemetry.Holder{Device: pd.Device, Namespace: c.Namespace, Claim: c.Name, Pod: pod, Container: container}
+	}
+	var out []telemetry.Holder
+	covered := map[string]bool{}
+	for _, u := range users {
+		if u.Uses(pd.Request) {
+			out = append(out, holder(u.Pod, u.Container))
+			covered[u.Pod] = true
+		}
+	}
+	// The pod holds the device through its claim even if none of its
+	// containers uses it.
+	for _, u := range users {
+		if !covered[u.Pod] {
+			out = append(out, holder(u.Pod, ""))
+			covered[u.Pod] = true
+		}
+	}
+	return out
 }
 
 // attributePrepared records the pods of the claims a previous run
@@ -85,9 +170,24 @@ func (d *Engine) claimKind(uid types.UID) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c, ok := d.cp.Get(uid); ok {
-		return telemetry.ClaimKind(*c)
+		return kindOf(*c)
 	}
 	return ""
+}
+
+// kindOf is the kind label of a claim: its devices' kind, or
+// telemetry.KindMixed.
+func kindOf(c checkpoint.PreparedClaim) string {
+	kind := ""
+	for _, pd := range c.Devices {
+		switch {
+		case kind == "":
+			kind = pd.Kind
+		case kind != pd.Kind:
+			return telemetry.KindMixed
+		}
+	}
+	return kind
 }
 
 // observe records one prepare or unprepare in the driver metrics.
@@ -101,5 +201,40 @@ func (d *Engine) observe(prepare bool, kind string, start time.Time, err error) 
 	} else {
 		m.ObserveUnprepare(kind, start, err)
 	}
-	m.UpdateFromCheckpoint(d.PreparedClaims())
+	m.SetAllocations(allocations(d.PreparedClaims()))
+}
+
+// allocations are the gauges' figures of the prepared claims: allocated
+// devices by kind (completed claims; every kind the driver prepares is
+// shown, 0 when none), MIG instances the driver created, and MPS daemons as
+// the number of GPUs with MPS shares (each has one daemon).
+func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
+	a := telemetry.Allocations{Devices: map[string]int{}}
+	for _, k := range []string{checkpoint.DeviceKindGPU, checkpoint.DeviceKindMIG, checkpoint.DeviceKindTimeSlice, checkpoint.DeviceKindMPS} {
+		a.Devices[k] = 0
+	}
+	mpsGPUs := map[string]bool{}
+	for _, c := range claims {
+		for _, pd := range c.Devices {
+			if c.State == checkpoint.PrepareCompleted {
+				a.Devices[pd.Kind]++
+			}
+			if pd.MIG != nil && pd.MIG.CreatedByDriver {
+				a.MIGInstances++
+			}
+			if pd.Kind == checkpoint.DeviceKindMPS && pd.GPUUUID != "" {
+				mpsGPUs[pd.GPUUUID] = true
+			}
+		}
+	}
+	a.MPSDaemons = len(mpsGPUs)
+	return a
+}
+
+// SetHealth hands the engine the health source its WatchHealthStatus
+// reports from, when it could not be given in Options: the plugin builds the
+// health monitor over the GPUs it discovers after New's recovery. Call it
+// once, before the kubelet can reach the engine, as SetDevices.
+func (d *Engine) SetHealth(h Health) {
+	d.opts.Health = h
 }

@@ -35,6 +35,11 @@ func newSim(t *testing.T, machine string) *nvmlsim.Machine {
 	return m
 }
 
+// NewSimSlicer returns the simulation's TimeSlicer
+// (simhooks.NewTimeSlicer). sim_test.go sets it: this package's own tests
+// cannot import simhooks, which imports this package.
+var NewSimSlicer func(*nvmlsim.Machine) TimeSlicer
+
 // gpuRef is the DeviceRef of the simulated GPU with the given index.
 func gpuRef(m *nvmlsim.Machine, index int) DeviceRef {
 	return DeviceRef{UUID: m.GPUUUID(index), Index: index}

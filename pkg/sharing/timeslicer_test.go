@@ -89,22 +89,3 @@ exit "${EXIT_CODE:-0}"
 		t.Errorf("Timeslice = %v, want ErrLevelUnknown", err)
 	}
 }
-
-// TestSimTimeSlicer checks the adapter over the simulation.
-func TestSimTimeSlicer(t *testing.T) {
-	m := newSim(t, "dgxh100")
-	s := NewSimTimeSlicer(m)
-	ctx := testContext(t)
-	if err := s.SetTimeslice(ctx, gpuRef(m, 5), 2); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := s.Timeslice(ctx, gpuRef(m, 5)); err != nil || got != 2 || m.Timeslice(5) != 2 {
-		t.Errorf("Timeslice = %d, %v; simulation %d; want 2", got, err, m.Timeslice(5))
-	}
-	if err := s.SetTimeslice(ctx, gpuRef(m, 5), 7); err == nil || errors.Is(err, ErrNotSupported) {
-		t.Errorf("level 7: %v, want a plain error", err)
-	}
-	if err := s.SetTimeslice(ctx, migRef(m, 5), 1); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("MIG device: %v, want ErrNotSupported", err)
-	}
-}

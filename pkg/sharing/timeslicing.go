@@ -22,7 +22,7 @@ type TimeSlicingOptions struct {
 	// missing), for example <plugin data dir>/sharing/timeslicing.
 	StateDir string
 	// TimeSlicer sets time-slice levels: an NvidiaSMITimeSlicer on a node,
-	// a SimTimeSlicer in simulation.
+	// simhooks.TimeSlicer (pkg/nvmlsim/simhooks) in simulation.
 	TimeSlicer TimeSlicer
 	// ComputeModes reads and sets compute modes, normally
 	// NewNVMLComputeModes.

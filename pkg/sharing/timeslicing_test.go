@@ -19,7 +19,7 @@ import (
 func newTimeSlicing(t *testing.T, m *nvmlsim.Machine, stateDir string, slicer TimeSlicer) *TimeSlicingManager {
 	t.Helper()
 	if slicer == nil {
-		slicer = NewSimTimeSlicer(m)
+		slicer = NewSimSlicer(m)
 	}
 	mgr, err := NewTimeSlicingManager(TimeSlicingOptions{
 		StateDir:     stateDir,
@@ -264,7 +264,7 @@ func (f *failingSlicer) setFail(err error) {
 func TestTimeSlicingErrors(t *testing.T) {
 	m := newSim(t, "dgxh100")
 	stateDir := t.TempDir()
-	slicer := &failingSlicer{TimeSlicer: NewSimTimeSlicer(m)}
+	slicer := &failingSlicer{TimeSlicer: NewSimSlicer(m)}
 	mgr := newTimeSlicing(t, m, stateDir, slicer)
 	setComputeModeOf(t, m, 0, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS)
 	gpu := gpuRef(m, 0)

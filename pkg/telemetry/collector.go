@@ -8,7 +8,6 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
@@ -39,6 +38,10 @@ type CollectorOptions struct {
 	Holders HolderSource
 	// Health, if set, adds gpu_dra_device_healthy.
 	Health HealthSource
+	// MIGDeviceName names a MIG device no claim holds as the device model
+	// publishes it (devicemodel.StaticMIGDeviceName); nil leaves the device
+	// label of such MIG devices empty.
+	MIGDeviceName func(*discovery.GPU, mig.Instance) string
 }
 
 // Collector reads GPU and MIG device telemetry from NVML on every scrape.
@@ -123,7 +126,7 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 			klog.V(4).InfoS("Cannot read GPU telemetry", "gpu", g.UUID, "err", ret)
 			continue
 		}
-		devices := append([]nvmlDevice{{handle: handle, uuid: g.UUID, gpu: g, name: gpuName, model: g.ProductName}}, migDevices(handle, g)...)
+		devices := append([]nvmlDevice{{handle: handle, uuid: g.UUID, gpu: g, name: gpuName, model: g.ProductName}}, migDevices(handle, g, c.opts.MIGDeviceName)...)
 		for _, d := range devices {
 			c.collectDevice(ch, d, holders[d.uuid])
 		}
@@ -167,9 +170,9 @@ func holderLabels(node, uuid, gpu, name string, holders []Holder) [][]string {
 	return out
 }
 
-// migDevices lists the MIG devices of GPU handle, named as static MIG
-// devices are published (a claim's holder entry overrides the name).
-func migDevices(handle nvml.Device, g *discovery.GPU) []nvmlDevice {
+// migDevices lists the MIG devices of GPU handle, named by name as static
+// MIG devices are published (a claim's holder entry overrides the name).
+func migDevices(handle nvml.Device, g *discovery.GPU, name func(*discovery.GPU, mig.Instance) string) []nvmlDevice {
 	count, ret := handle.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
 		return nil
@@ -186,15 +189,15 @@ func migDevices(handle nvml.Device, g *discovery.GPU) []nvmlDevice {
 		}
 		gi, ret1 := md.GetGpuInstanceId()
 		ci, ret2 := md.GetComputeInstanceId()
-		name := ""
-		if ret1 == nvml.SUCCESS && ret2 == nvml.SUCCESS {
-			name = devicemodel.StaticMIGDeviceName(g, mig.Instance{GIID: uint32(gi), CIID: uint32(ci)})
+		devName := ""
+		if ret1 == nvml.SUCCESS && ret2 == nvml.SUCCESS && name != nil {
+			devName = name(g, mig.Instance{GIID: uint32(gi), CIID: uint32(ci)})
 		}
 		model, ret := md.GetName()
 		if ret != nvml.SUCCESS {
 			model = g.ProductName + " MIG"
 		}
-		out = append(out, nvmlDevice{handle: md, uuid: uuid, gpu: g, name: name, model: model})
+		out = append(out, nvmlDevice{handle: md, uuid: uuid, gpu: g, name: devName, model: model})
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 )
 
@@ -202,7 +203,7 @@ func TestScrapeMIGDevices(t *testing.T) {
 	holders := HolderFunc(func() map[string][]Holder {
 		return map[string][]Holder{migUUIDs[0]: {{Device: "gpu-0-mig-1g.5gb-6", Namespace: "ns", Claim: "c", Pod: "p"}}}
 	})
-	c := NewCollector(CollectorOptions{NVML: node.Machine, NodeName: "node-1", GPUs: node.GPUs, Holders: holders})
+	c := NewCollector(CollectorOptions{NVML: node.Machine, NodeName: "node-1", GPUs: node.GPUs, Holders: holders, MIGDeviceName: devicemodel.StaticMIGDeviceName})
 	families := scrape(t, Handler(NewRegistry(nil, c)))
 
 	held := sampleOf(t, families, "gpu_dra_device_memory_total_bytes", map[string]string{"uuid": migUUIDs[0]})

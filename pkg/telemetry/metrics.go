@@ -1,7 +1,9 @@
 // Package telemetry exposes the kubelet plugin's Prometheus metrics: per GPU
 // and MIG device readings from NVML, labelled with the pods and claims that
 // hold each device (Collector), and the driver's own counters and
-// histograms, which the driver updates (DriverMetrics). Metrics use
+// histograms, which the prepare engine updates (DriverMetrics). It measures
+// and knows nothing of the checkpoint or the device model: the prepare engine
+// hands it holders and allocation counts. Metrics use
 // k8s.io/component-base/metrics; Handler serves them. See docs/telemetry.md.
 package telemetry
 
@@ -12,7 +14,6 @@ import (
 
 	"k8s.io/component-base/metrics"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 )
 
@@ -178,54 +179,30 @@ func (m *DriverMetrics) ObserveHealthEvent(e health.Event) {
 	m.HealthEvents.WithLabelValues(e.GPUUUID, string(e.Type), xid, strconv.FormatBool(e.Ignored)).Inc()
 }
 
-// ClaimKind is the kind label of a claim: its devices' kind, or KindMixed.
-func ClaimKind(c checkpoint.PreparedClaim) string {
-	kind := ""
-	for _, d := range c.Devices {
-		switch {
-		case kind == "":
-			kind = d.Kind
-		case kind != d.Kind:
-			return KindMixed
-		}
-	}
-	return kind
+// Allocations are the figures of the prepared claims that DriverMetrics
+// shows as gauges.
+type Allocations struct {
+	// Devices counts the allocated devices of completely prepared claims
+	// by kind. A kind with a zero count is shown as 0; a kind once shown
+	// and now missing is shown as 0 too.
+	Devices map[string]int
+	// MIGInstances is the number of MIG instances the driver created.
+	MIGInstances int
+	// MPSDaemons is the number of MPS control daemons.
+	MPSDaemons int
 }
 
-// UpdateFromCheckpoint sets the gauges from the prepared claims: allocated
-// devices by kind (completed claims), MIG instances the driver created, and
-// MPS daemons as the number of GPUs with MPS shares (each has one daemon).
-// Call it after every checkpoint change, with the claims the checkpoint
-// holds. A driver that counts its MPS daemons itself can set MPSDaemons
-// after this call.
-func (m *DriverMetrics) UpdateFromCheckpoint(claims []checkpoint.PreparedClaim) {
-	byKind := map[string]int{}
-	mpsGPUs := map[string]bool{}
-	migInstances := 0
-	for _, c := range claims {
-		for _, d := range c.Devices {
-			if c.State == checkpoint.PrepareCompleted {
-				byKind[d.Kind]++
-			}
-			if d.MIG != nil && d.MIG.CreatedByDriver {
-				migInstances++
-			}
-			if d.Kind == checkpoint.DeviceKindMPS && d.GPUUUID != "" {
-				mpsGPUs[d.GPUUUID] = true
-			}
-		}
-	}
+// SetAllocations sets the gauges; the prepare engine calls it after every
+// checkpoint change.
+func (m *DriverMetrics) SetAllocations(a Allocations) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, k := range []string{checkpoint.DeviceKindGPU, checkpoint.DeviceKindMIG, checkpoint.DeviceKindTimeSlice, checkpoint.DeviceKindMPS} {
-		m.kindsShown[k] = true
-	}
-	for k := range byKind {
+	for k := range a.Devices {
 		m.kindsShown[k] = true
 	}
 	for k := range m.kindsShown {
-		m.AllocatedDevices.WithLabelValues(k).Set(float64(byKind[k]))
+		m.AllocatedDevices.WithLabelValues(k).Set(float64(a.Devices[k]))
 	}
-	m.MIGInstances.Set(float64(migInstances))
-	m.MPSDaemons.Set(float64(len(mpsGPUs)))
+	m.MIGInstances.Set(float64(a.MIGInstances))
+	m.MPSDaemons.Set(float64(a.MPSDaemons))
 }

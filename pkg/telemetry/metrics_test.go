@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 )
 
@@ -15,21 +12,14 @@ func TestDriverMetrics(t *testing.T) {
 	m := NewDriverMetrics("node-1")
 	h := Handler(NewRegistry(m, nil))
 
-	m.ObservePrepare(checkpoint.DeviceKindMIG, time.Now().Add(-1500*time.Millisecond), nil)
-	m.ObservePrepare(checkpoint.DeviceKindGPU, time.Now(), errors.New("boom"))
-	m.ObserveUnprepare(checkpoint.DeviceKindMIG, time.Now(), nil)
+	m.ObservePrepare("mig", time.Now().Add(-1500*time.Millisecond), nil)
+	m.ObservePrepare("gpu", time.Now(), errors.New("boom"))
+	m.ObserveUnprepare("mig", time.Now(), nil)
 	m.ObserveError(OperationPrepare, ReasonMIG)
 	m.ObserveHealthEvent(health.Event{GPUUUID: "GPU-1", Type: health.EventXID, XID: 48})
 	m.ObserveHealthEvent(health.Event{GPUUUID: "GPU-1", Type: health.EventXID, XID: 13, Ignored: true})
-	m.UpdateFromCheckpoint([]checkpoint.PreparedClaim{
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-			{Kind: checkpoint.DeviceKindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: true}},
-			{Kind: checkpoint.DeviceKindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: false}},
-		}},
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindMPS, GPUUUID: "GPU-1"}}},
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindMPS, GPUUUID: "GPU-1"}}},
-		{State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindGPU, GPUUUID: "GPU-2"}}},
-	})
+	// The figures of pkg/prepare's TestAllocations.
+	m.SetAllocations(Allocations{Devices: map[string]int{"gpu": 0, "mig": 2, "timeslice": 0, "mps": 2}, MIGInstances: 1, MPSDaemons: 1})
 
 	f := scrape(t, h)
 	hist := sampleOf(t, f, "gpu_dra_plugin_prepare_duration_seconds", map[string]string{"kind": "mig", "result": "success"}).GetHistogram()
@@ -64,7 +54,7 @@ func TestDriverMetrics(t *testing.T) {
 	}
 
 	// Claims going away bring the gauges back to zero.
-	m.UpdateFromCheckpoint(nil)
+	m.SetAllocations(Allocations{})
 	f = scrape(t, h)
 	if v := value(sampleOf(t, f, "gpu_dra_plugin_allocated_devices", map[string]string{"kind": "mig"})); v != 0 {
 		t.Errorf("allocated MIG devices after all claims went: %v", v)
@@ -74,31 +64,6 @@ func TestDriverMetrics(t *testing.T) {
 func TestUnregisteredDriverMetricsAreNoOps(t *testing.T) {
 	m := NewDriverMetrics("node-1")
 	m.ObservePrepare("gpu", time.Now(), nil)
-	m.UpdateFromCheckpoint(nil)
+	m.SetAllocations(Allocations{})
 	m.ObserveHealthEvent(health.Event{Type: health.EventGPULost})
-}
-
-func TestHoldersFromClaims(t *testing.T) {
-	claims := []checkpoint.PreparedClaim{
-		{UID: "u1", Namespace: "a", Name: "shared", State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-			{Device: "gpu-0-ts", UUIDs: []string{"GPU-0"}},
-		}},
-		{UID: "u2", Namespace: "b", Name: "mig", State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-			{Device: "gpu-1-mig-1g.10gb-6", UUIDs: []string{"MIG-1"}},
-		}},
-		{UID: "u3", Namespace: "c", Name: "half", State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{
-			{Device: "gpu-2", UUIDs: []string{"GPU-2"}},
-		}},
-	}
-	pods := map[types.UID][]Consumer{"u1": {{Pod: "p1"}, {Pod: "p2", Container: "c"}}}
-	got := HoldersFromClaims(claims, func(uid types.UID) []Consumer { return pods[uid] })
-	if len(got["GPU-0"]) != 2 || got["GPU-0"][1] != (Holder{Device: "gpu-0-ts", Namespace: "a", Claim: "shared", Pod: "p2", Container: "c"}) {
-		t.Errorf("GPU-0 holders: %+v", got["GPU-0"])
-	}
-	if h := got["MIG-1"]; len(h) != 1 || h[0] != (Holder{Device: "gpu-1-mig-1g.10gb-6", Namespace: "b", Claim: "mig"}) {
-		t.Errorf("MIG-1 holders: %+v", h)
-	}
-	if _, ok := got["GPU-2"]; ok {
-		t.Error("a claim still being prepared has holders")
-	}
 }

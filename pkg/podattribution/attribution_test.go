@@ -1,4 +1,4 @@
-package telemetry
+package podattribution
 
 import (
 	"context"
@@ -152,7 +152,7 @@ func TestAttribution(t *testing.T) {
 func TestAttributionUnpreparedEarly(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset(trainerPod("trainer-0", "pod-1"))
-	a := NewAttribution(client.CoreV1())
+	a := New(client.CoreV1())
 	client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		a.Forget("claim-1") // unprepared while the GET is in flight
 		return false, nil, nil
@@ -177,7 +177,7 @@ func TestAttributionUnpreparedEarly(t *testing.T) {
 
 func TestAttributionWithoutClient(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	a := NewAttribution(nil)
+	a := New(nil)
 	a.Run(ctx) // returns at once
 	a.Record(ctx, reservedClaim("claim-1", podRef{Name: "trainer-0", UID: "pod-1"}))
 	if got, want := a.Consumers("claim-1"), []Consumer{{Pod: "trainer-0"}}; !reflect.DeepEqual(got, want) {

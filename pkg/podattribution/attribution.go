@@ -1,4 +1,4 @@
-package telemetry
+package podattribution
 
 import (
 	"context"
@@ -31,8 +31,8 @@ const (
 // repeated; failed ones are retried with a per-pod exponential backoff. One
 // lookup runs at a time, so prepares never wait for the API server.
 //
-// Nothing is persisted: after a restart the driver records again the claims
-// its checkpoint holds as prepared (driver.Options.Claims).
+// Nothing is persisted: after a restart the prepare engine records again
+// the claims its checkpoint holds as prepared (prepare.Options.Claims).
 type Attribution struct {
 	pods  corev1client.PodsGetter
 	queue workqueue.TypedRateLimitingInterface[podRef]
@@ -55,10 +55,10 @@ type claimPods struct {
 	pods []podRef
 }
 
-// NewAttribution returns an Attribution that looks up containers through
-// pods (a clientset's CoreV1()). With nil pods it records only the pods
-// and leaves the container label empty.
-func NewAttribution(pods corev1client.PodsGetter) *Attribution {
+// New returns an Attribution that looks up containers through pods (a
+// clientset's CoreV1()). With nil pods it records only the pods and leaves
+// the container label empty.
+func New(pods corev1client.PodsGetter) *Attribution {
 	return newAttribution(pods, workqueue.NewTypedItemExponentialFailureRateLimiter[podRef](retryBase, retryMax))
 }
 

@@ -1,4 +1,4 @@
-package telemetry
+package podattribution
 
 import (
 	"slices"
@@ -6,6 +6,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 )
+
+// Consumer is a pod, and when known one of its containers, using a claim.
+type Consumer struct {
+	Pod       string
+	Container string
+	// Requests, if set, limits the container to the devices allocated for
+	// these requests of the claim; nil means the whole claim.
+	Requests []string
+}
 
 // ContainerUse is one container of a pod that uses a ResourceClaim.
 type ContainerUse struct {
@@ -73,15 +82,14 @@ func addUse(uses []ContainerUse, container, request string) []ContainerUse {
 	return uses
 }
 
-// usesRequest reports whether a consumer limited to requests (nil: all)
-// uses a device allocated for request. An allocation result of a
+// Uses reports whether the consumer uses a device allocated for request. An allocation result of a
 // prioritized-list request names the subrequest ("gpu/large"), containers
 // name the request ("gpu"). A device without a recorded request is
 // attributed to every container using the claim.
-func usesRequest(requests []string, request string) bool {
-	if requests == nil || request == "" {
+func (c Consumer) Uses(request string) bool {
+	if c.Requests == nil || request == "" {
 		return true
 	}
 	parent, _, _ := strings.Cut(request, "/")
-	return slices.Contains(requests, parent)
+	return slices.Contains(c.Requests, parent)
 }

@@ -1,14 +1,11 @@
-package telemetry
+package podattribution
 
 import (
 	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 )
 
 // ctr is a container using the given pod claims.
@@ -84,57 +81,6 @@ func TestClaimContainers(t *testing.T) {
 			}
 			if got := ClaimContainers(pod); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("ClaimContainers = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestHoldersByRequest(t *testing.T) {
-	claim := checkpoint.PreparedClaim{UID: "u", Namespace: "ns", Name: "c", State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-		{Request: "big", Device: "gpu-0", UUIDs: []string{"GPU-0"}},
-		{Request: "small/mig", Device: "gpu-1-mig-1g.10gb-6", UUIDs: []string{"MIG-1"}},
-		{Request: "", Device: "gpu-2", UUIDs: []string{"GPU-2"}}, // request unknown
-	}}
-	holder := func(device, pod, container string) Holder {
-		return Holder{Device: device, Namespace: "ns", Claim: "c", Pod: pod, Container: container}
-	}
-	tests := map[string]struct {
-		users []Consumer
-		want  map[string][]Holder
-	}{
-		"pods unknown": {
-			want: map[string][]Holder{
-				"GPU-0": {holder("gpu-0", "", "")}, "MIG-1": {holder("gpu-1-mig-1g.10gb-6", "", "")}, "GPU-2": {holder("gpu-2", "", "")},
-			},
-		},
-		"containers unknown": {
-			users: []Consumer{{Pod: "p"}},
-			want: map[string][]Holder{
-				"GPU-0": {holder("gpu-0", "p", "")}, "MIG-1": {holder("gpu-1-mig-1g.10gb-6", "p", "")}, "GPU-2": {holder("gpu-2", "p", "")},
-			},
-		},
-		"a container per request, a subrequest matched by its parent": {
-			users: []Consumer{{Pod: "p", Container: "a", Requests: []string{"big"}}, {Pod: "p", Container: "b", Requests: []string{"small"}}},
-			want: map[string][]Holder{
-				"GPU-0": {holder("gpu-0", "p", "a")},
-				"MIG-1": {holder("gpu-1-mig-1g.10gb-6", "p", "b")},
-				"GPU-2": {holder("gpu-2", "p", "a"), holder("gpu-2", "p", "b")},
-			},
-		},
-		"a device no container of the pod uses": {
-			users: []Consumer{{Pod: "p", Container: "a", Requests: []string{"big"}}, {Pod: "q", Container: "c"}},
-			want: map[string][]Holder{
-				"GPU-0": {holder("gpu-0", "p", "a"), holder("gpu-0", "q", "c")},
-				"MIG-1": {holder("gpu-1-mig-1g.10gb-6", "q", "c"), holder("gpu-1-mig-1g.10gb-6", "p", "")},
-				"GPU-2": {holder("gpu-2", "p", "a"), holder("gpu-2", "q", "c")},
-			},
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got := HoldersFromClaims([]checkpoint.PreparedClaim{claim}, func(types.UID) []Consumer { return tc.users })
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("holders = %+v, want %+v", got, tc.want)
 			}
 		})
 	}

@@ -1,0 +1,49 @@
+package simhooks
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+)
+
+// EventPath is where the plugin serves EventHandler, beside /metrics and
+// behind the same guard (docs/telemetry.md).
+const EventPath = "/simulate/event"
+
+// EventHandler injects an NVML event into the simulated GPUs so demos can
+// show a GPU going unhealthy: POST EventPath?gpu=0&xid=79 delivers a
+// critical XID, &lost=true (or false) makes the GPU fall off the bus (or
+// come back).
+func EventHandler(sim *nvmlsim.Machine) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		gpu, err := strconv.Atoi(r.URL.Query().Get("gpu"))
+		if err != nil || gpu < 0 || gpu >= sim.GPUCount() {
+			http.Error(w, "gpu: want an index below "+strconv.Itoa(sim.GPUCount()), http.StatusBadRequest)
+			return
+		}
+		switch q := r.URL.Query(); {
+		case q.Get("lost") != "":
+			err = sim.SetGPULost(gpu, q.Get("lost") == "true")
+		case q.Get("xid") != "":
+			xid, perr := strconv.ParseUint(q.Get("xid"), 10, 64)
+			if perr != nil {
+				http.Error(w, "xid: "+perr.Error(), http.StatusBadRequest)
+				return
+			}
+			sim.InjectEvent(gpu, nvml.EventTypeXidCriticalError, xid)
+		default:
+			http.Error(w, "give xid=N or lost=true|false", http.StatusBadRequest)
+			return
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+}
