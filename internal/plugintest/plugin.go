@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/fakeapi"
 	"github.com/gpu-dra/gpu-dra-driver/internal/kubeletstandin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Dirs are the host directories a plugin instance uses; they outlive
@@ -49,7 +50,7 @@ func NewDirs(root string) (Dirs, error) {
 // Config returns the plugin configuration for a simulated machine.
 func (d Dirs) Config(machine, node string) *nodeplugin.Config {
 	return &nodeplugin.Config{
-		DriverName:    nodeplugin.DefaultDriverName,
+		DriverName:    vocabulary.DriverName,
 		NodeName:      node,
 		PluginDataDir: d.PluginData,
 		RegistrarDir:  d.Registrar,

@@ -148,7 +148,7 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			}
 			shares := map[string]int64{}
 			for _, s := range g.Usage.Shares {
-				shares[s.Type] += s.Used
+				shares[string(s.Type)] += s.Used
 				total.Shares += s.Used
 			}
 			if fmt.Sprint(shares) != fmt.Sprint(u.shares) {

@@ -13,17 +13,18 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 func TestDevicesFromPublishedAndReport(t *testing.T) {
 	g0 := &discovery.GPU{UUID: "GPU-0", Minor: 0}
 	g1 := &discovery.GPU{UUID: "GPU-1", Minor: 1}
 	published := []devicemodel.Published{
-		{Device: resourceapi.Device{Name: "gpu-0"}, Type: devicemodel.TypeGPU, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-ts"}, Type: devicemodel.TypeTimeSlicing, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-6"}, Type: devicemodel.TypeMIG, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-5"}, Type: devicemodel.TypeMIG, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-1-mig-gi2-ci0"}, Type: devicemodel.TypeMIG, GPU: g1,
+		{Device: resourceapi.Device{Name: "gpu-0"}, Type: string(vocabulary.KindGPU), GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-0-ts"}, Type: string(vocabulary.KindTimeSlice), GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-6"}, Type: string(vocabulary.KindMIG), GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-5"}, Type: string(vocabulary.KindMIG), GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-1-mig-gi2-ci0"}, Type: string(vocabulary.KindMIG), GPU: g1,
 			StaticMIG: &mig.Instance{GPUUUID: "GPU-1", GIID: 2, CIID: 0}},
 	}
 	prepared := []checkpoint.PreparedClaim{{Devices: []checkpoint.PreparedDevice{

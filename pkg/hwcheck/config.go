@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Config is what one hardware check needs.
@@ -86,7 +87,7 @@ func (c *Config) Validate() error {
 // pluginConfig is the kubelet plugin's configuration for this check.
 func (c *Config) pluginConfig() *nodeplugin.Config {
 	return &nodeplugin.Config{
-		DriverName:      nodeplugin.DefaultDriverName,
+		DriverName:      vocabulary.DriverName,
 		NodeName:        c.NodeName,
 		Simulate:        c.Simulate,
 		NVMLLibraryPath: c.NVMLLibraryPath,

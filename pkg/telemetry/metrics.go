@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
@@ -210,15 +211,15 @@ func (m *DriverMetrics) UpdateFromCheckpoint(claims []checkpoint.PreparedClaim) 
 			if d.MIG != nil && d.MIG.CreatedByDriver {
 				migInstances++
 			}
-			if d.Kind == checkpoint.DeviceKindMPS && d.GPUUUID != "" {
+			if vocabulary.Kind(d.Kind) == vocabulary.KindMPS && d.GPUUUID != "" {
 				mpsGPUs[d.GPUUUID] = true
 			}
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, k := range []string{checkpoint.DeviceKindGPU, checkpoint.DeviceKindMIG, checkpoint.DeviceKindTimeSlice, checkpoint.DeviceKindMPS} {
-		m.kindsShown[k] = true
+	for _, k := range vocabulary.Kinds() {
+		m.kindsShown[string(k)] = true
 	}
 	for k := range byKind {
 		m.kindsShown[k] = true

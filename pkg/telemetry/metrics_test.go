@@ -9,26 +9,27 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 func TestDriverMetrics(t *testing.T) {
 	m := NewDriverMetrics("node-1")
 	h := Handler(NewRegistry(m, nil))
 
-	m.ObservePrepare(checkpoint.DeviceKindMIG, time.Now().Add(-1500*time.Millisecond), nil)
-	m.ObservePrepare(checkpoint.DeviceKindGPU, time.Now(), errors.New("boom"))
-	m.ObserveUnprepare(checkpoint.DeviceKindMIG, time.Now(), nil)
+	m.ObservePrepare(string(vocabulary.KindMIG), time.Now().Add(-1500*time.Millisecond), nil)
+	m.ObservePrepare(string(vocabulary.KindGPU), time.Now(), errors.New("boom"))
+	m.ObserveUnprepare(string(vocabulary.KindMIG), time.Now(), nil)
 	m.ObserveError(OperationPrepare, ReasonMIG)
 	m.ObserveHealthEvent(health.Event{GPUUUID: "GPU-1", Type: health.EventXID, XID: 48})
 	m.ObserveHealthEvent(health.Event{GPUUUID: "GPU-1", Type: health.EventXID, XID: 13, Ignored: true})
 	m.UpdateFromCheckpoint([]checkpoint.PreparedClaim{
 		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-			{Kind: checkpoint.DeviceKindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: true}},
-			{Kind: checkpoint.DeviceKindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: false}},
+			{Kind: string(vocabulary.KindMIG), GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: true}},
+			{Kind: string(vocabulary.KindMIG), GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: false}},
 		}},
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindMPS, GPUUUID: "GPU-1"}}},
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindMPS, GPUUUID: "GPU-1"}}},
-		{State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindGPU, GPUUUID: "GPU-2"}}},
+		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: string(vocabulary.KindMPS), GPUUUID: "GPU-1"}}},
+		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: string(vocabulary.KindMPS), GPUUUID: "GPU-1"}}},
+		{State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{{Kind: string(vocabulary.KindGPU), GPUUUID: "GPU-2"}}},
 	})
 
 	f := scrape(t, h)
