@@ -30,12 +30,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 func main() {
 	specs := flag.String("specs", "demo/specs", "Directory of scenario YAML files.")
 	kubeconfig := flag.String("kubeconfig", "", "Kubeconfig (default $KUBECONFIG, else "+scenarios.DefaultKubeconfig+").")
-	driver := flag.String("driver", "gpu.dra.dev", "DRA driver name.")
+	driver := flag.String("driver", vocabulary.DriverName, "DRA driver name.")
 	run := flag.String("run", "", "Comma-separated scenario name prefixes to run (default all), e.g. 03,04.")
 	keepLast := flag.Bool("keep-last", false, "Leave the last scenario's objects in place for exploring with kubectl.")
 	timeout := flag.Duration("timeout", 3*time.Minute, "Timeout of each wait.")

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
@@ -39,7 +41,7 @@ func NewDirs(root string) (Dirs, error) {
 // Config returns the plugin configuration for a simulated machine.
 func (d Dirs) Config(machine, node string) *nodeplugin.Config {
 	return &nodeplugin.Config{
-		DriverName:    nodeplugin.DefaultDriverName,
+		DriverName:    vocabulary.DriverName,
 		NodeName:      node,
 		PluginDataDir: d.PluginData,
 		RegistrarDir:  d.Registrar,

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Check returns what is wrong with a report, checked the same way for every
@@ -64,15 +66,15 @@ func (r *Runner) Check(rep *PodReport) []string {
 				if !strings.Contains(v.NvidiaSMI, "UUID: "+uuid) {
 					fail("container %s: nvidia-smi -L does not list %s of %s:\n%s", name, uuid, d.Device, v.NvidiaSMI)
 				}
-			case d.Attributes["type"] == "mig":
+			case deviceKind(d.Attributes) == vocabulary.KindMIG:
 				if !slices.ContainsFunc(visible, func(s string) bool { return strings.HasPrefix(s, "MIG-") }) {
 					fail("container %s: NVIDIA_VISIBLE_DEVICES=%q names no MIG device for %s", name, v.Env["NVIDIA_VISIBLE_DEVICES"], d.Device)
 				}
-				if !strings.Contains(v.NvidiaSMI, "MIG "+d.Attributes["profile"]) {
-					fail("container %s: nvidia-smi -L shows no %s MIG device:\n%s", name, d.Attributes["profile"], v.NvidiaSMI)
+				if !strings.Contains(v.NvidiaSMI, "MIG "+d.Attributes[vocabulary.AttrProfile]) {
+					fail("container %s: nvidia-smi -L shows no %s MIG device:\n%s", name, d.Attributes[vocabulary.AttrProfile], v.NvidiaSMI)
 				}
 			}
-			if d.Attributes["type"] == "mps" || (d.Attributes["type"] == "mig" && v.Env["CUDA_MPS_PIPE_DIRECTORY"] != "") {
+			if deviceKind(d.Attributes) == vocabulary.KindMPS || (deviceKind(d.Attributes) == vocabulary.KindMIG && v.Env["CUDA_MPS_PIPE_DIRECTORY"] != "") {
 				if v.Env["CUDA_MPS_PIPE_DIRECTORY"] == "" {
 					fail("container %s: no CUDA_MPS_PIPE_DIRECTORY for MPS share %s", name, d.Device)
 				} else if !slices.Contains(v.MPSPipe, "control") {

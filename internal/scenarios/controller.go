@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // ControllerNamespace is where the admission checks apply their claims.
@@ -181,13 +183,13 @@ func (r *Runner) ExpectedGFDLabels(ctx context.Context, node string) (map[string
 	for _, s := range slices.Items {
 		for _, d := range s.Spec.Devices {
 			a := attributeStrings(r.Driver, d.Attributes)
-			if a["type"] != "gpu" {
+			if deviceKind(a) != vocabulary.KindGPU {
 				continue
 			}
-			uuids[a["uuid"]] = true
-			product, cc = a["productName"], a["cudaComputeCapability"]
-			migCapable = migCapable || a["migCapable"] == "true"
-			if q, ok := d.Capacity["memory"]; ok {
+			uuids[a[vocabulary.AttrUUID]] = true
+			product, cc = a[vocabulary.AttrProductName], a[vocabulary.AttrCUDAComputeCapability]
+			migCapable = migCapable || a[vocabulary.AttrMIGCapable] == "true"
+			if q, ok := d.Capacity[vocabulary.CapacityMemory]; ok {
 				memory = q.Value.Value() >> 20
 			}
 		}

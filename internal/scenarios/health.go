@@ -16,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // HealthNamespace is where the health scenario runs.
@@ -116,10 +118,10 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 		return res, fmt.Errorf("victim: want one allocated device, have %+v", devs)
 	}
 	d := devs[0]
-	res.Share, res.UUID, res.GPU = d.Device, d.Attributes["uuid"], "gpu-"+d.GPU()
+	res.Share, res.UUID, res.GPU = d.Device, d.Attributes[vocabulary.AttrUUID], "gpu-"+d.GPU()
 	// The NVML index is an attribute of the whole-GPU device.
 	whole := index[d.Driver+"/"+d.Pool+"/"+res.GPU]
-	if res.Index, err = strconv.Atoi(whole["index"]); err != nil {
+	if res.Index, err = strconv.Atoi(whole[vocabulary.AttrIndex]); err != nil {
 		return res, fmt.Errorf("device %s/%s has no index attribute: %v", d.Pool, res.GPU, whole)
 	}
 	say("pod %s/victim runs on %s with %s (a time-slicing share of %s, UUID %s); its request tolerates %s", HealthNamespace, node, res.Share, res.GPU, res.UUID, HealthTaintKey)

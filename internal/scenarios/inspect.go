@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // PodReport is what a pod of a scenario got and what its containers see.
@@ -64,21 +66,26 @@ type ContainerView struct {
 	Err     error
 }
 
+// deviceKind is the kind of a device, from its attributes as strings.
+func deviceKind(attrs map[string]string) vocabulary.Kind {
+	return vocabulary.Kind(attrs[vocabulary.AttrType])
+}
+
 // GPU returns the minor number of the GPU a device belongs to ("" if unknown).
 func (d DeviceReport) GPU() string {
-	if m := d.Attributes["parentMinor"]; m != "" {
+	if m := d.Attributes[vocabulary.AttrParentMinor]; m != "" {
 		return m
 	}
-	return d.Attributes["minor"]
+	return d.Attributes[vocabulary.AttrMinor]
 }
 
 // UUID returns the GPU or MIG UUID a container of the claim should see ("" for a
 // dynamic MIG device, whose UUID exists only once created).
 func (d DeviceReport) UUID() string {
-	if d.Attributes["type"] == "mig" && d.Attributes["static"] != "true" {
+	if deviceKind(d.Attributes) == vocabulary.KindMIG && d.Attributes[vocabulary.AttrStatic] != "true" {
 		return ""
 	}
-	return d.Attributes["uuid"]
+	return d.Attributes[vocabulary.AttrUUID]
 }
 
 // viewScript prints what a container sees, in sections.
@@ -195,10 +202,10 @@ func (rep *PodReport) mpsMIGDevice() string {
 func (r *Runner) findMPSDaemons(ctx context.Context, devices []DeviceReport, migUUID string) error {
 	for i := range devices {
 		d := &devices[i]
-		uuid := d.Attributes["uuid"]
-		switch d.Attributes["type"] {
-		case "mps":
-		case "mig":
+		uuid := d.Attributes[vocabulary.AttrUUID]
+		switch deviceKind(d.Attributes) {
+		case vocabulary.KindMPS:
+		case vocabulary.KindMIG:
 			if migUUID == "" {
 				continue
 			}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // KubectlGPU runs the kubectl gpu plugin (r.KubectlGPUPath) against the cluster and
@@ -48,8 +49,8 @@ func (r *Runner) KubectlGPUJSON(ctx context.Context, out any, args ...string) er
 // gpuUse is what the ResourceClaims say one GPU is used for.
 type gpuUse struct {
 	whole  int
-	mig    map[string]int   // profile -> devices
-	shares map[string]int64 // timeslice|mps -> shares
+	mig    map[string]int            // profile -> devices
+	shares map[vocabulary.Kind]int64 // timeslice|mps -> shares
 	claims map[string]bool
 }
 
@@ -101,19 +102,19 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			gk := res.Pool + "/" + d.GPU()
 			u := uses[gk]
 			if u == nil {
-				u = &gpuUse{mig: map[string]int{}, shares: map[string]int64{}, claims: map[string]bool{}}
+				u = &gpuUse{mig: map[string]int{}, shares: map[vocabulary.Kind]int64{}, claims: map[string]bool{}}
 				uses[gk] = u
 			}
 			u.claims[key] = true
-			switch t := d.Attributes["type"]; t {
-			case "gpu":
+			switch t := deviceKind(d.Attributes); t {
+			case vocabulary.KindGPU:
 				u.whole++
-			case "mig":
-				u.mig[d.Attributes["profile"]]++
-			case "timeslice", "mps":
+			case vocabulary.KindMIG:
+				u.mig[d.Attributes[vocabulary.AttrProfile]]++
+			case vocabulary.KindTimeSlice, vocabulary.KindMPS:
 				// A share consumes its "shares" capacity (1 when not recorded).
 				n := int64(1)
-				if q, ok := res.ConsumedCapacity["shares"]; ok {
+				if q, ok := res.ConsumedCapacity[vocabulary.CapacityShares]; ok {
 					n = q.Value()
 				}
 				u.shares[t] += n
@@ -131,7 +132,7 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			u := uses[n.Name+"/"+strconv.FormatInt(g.Minor, 10)]
 			delete(uses, n.Name+"/"+strconv.FormatInt(g.Minor, 10))
 			if u == nil {
-				u = &gpuUse{mig: map[string]int{}, shares: map[string]int64{}, claims: map[string]bool{}}
+				u = &gpuUse{mig: map[string]int{}, shares: map[vocabulary.Kind]int64{}, claims: map[string]bool{}}
 				free++
 			}
 			where := fmt.Sprintf("node %s %s", n.Name, g.Name)
@@ -146,7 +147,7 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 			if fmt.Sprint(mig) != fmt.Sprint(u.mig) {
 				fail("%s: MIG devices %v, the claims hold %v", where, mig, u.mig)
 			}
-			shares := map[string]int64{}
+			shares := map[vocabulary.Kind]int64{}
 			for _, s := range g.Usage.Shares {
 				shares[s.Type] += s.Used
 				total.Shares += s.Used
@@ -163,9 +164,9 @@ func (r *Runner) CheckKubectlGPU(ctx context.Context) ([]string, error) {
 				wantState = kubectlgpu.StateWhole
 			case len(u.mig) > 0:
 				wantState = kubectlgpu.StateMIG
-			case u.shares["timeslice"] > 0:
+			case u.shares[vocabulary.KindTimeSlice] > 0:
 				wantState = kubectlgpu.StateTimeSlicing
-			case u.shares["mps"] > 0:
+			case u.shares[vocabulary.KindMPS] > 0:
 				wantState = kubectlgpu.StateMPS
 			}
 			if g.Usage.State != wantState && g.Usage.State != kubectlgpu.StateMixed {

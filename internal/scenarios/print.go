@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // PrintPod writes a pod report: pod, node, claims and devices, and what each
@@ -70,19 +72,19 @@ func PrintPod(w io.Writer, rep *PodReport) {
 func deviceDetail(d DeviceReport) string {
 	a := d.Attributes
 	var parts []string
-	if a["productName"] != "" {
-		parts = append(parts, a["productName"])
+	if a[vocabulary.AttrProductName] != "" {
+		parts = append(parts, a[vocabulary.AttrProductName])
 	}
-	switch a["type"] {
-	case "mig":
-		parts = append(parts, fmt.Sprintf("MIG %s at placement %s of GPU %s", a["profile"], a["placementStart"], a["parentMinor"]))
-	case "timeslice", "mps":
-		parts = append(parts, fmt.Sprintf("%s share of GPU %s", a["type"], a["minor"]))
+	switch deviceKind(a) {
+	case vocabulary.KindMIG:
+		parts = append(parts, fmt.Sprintf("MIG %s at placement %s of GPU %s", a[vocabulary.AttrProfile], a[vocabulary.AttrPlacementStart], a[vocabulary.AttrParentMinor]))
+	case vocabulary.KindTimeSlice, vocabulary.KindMPS:
+		parts = append(parts, fmt.Sprintf("%s share of GPU %s", a[vocabulary.AttrType], a[vocabulary.AttrMinor]))
 	}
-	if n := a["resource.kubernetes.io/numaNode"]; n != "" {
+	if n := a[vocabulary.AttrNUMANode]; n != "" {
 		parts = append(parts, "NUMA "+n)
 	}
-	if n := a["nvlinkDomain"]; n != "" {
+	if n := a[vocabulary.AttrNVLinkDomain]; n != "" {
 		parts = append(parts, "NVLink domain "+n)
 	}
 	if d.ShareID != "" {

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Runner applies scenarios and reports on them.
@@ -32,7 +34,7 @@ type Runner struct {
 
 // NewRunner returns a runner with the defaults.
 func NewRunner(c *Cluster) *Runner {
-	return &Runner{Cluster: c, Driver: "gpu.dra.dev", Timeout: 3 * time.Minute, Settle: 5 * time.Second}
+	return &Runner{Cluster: c, Driver: vocabulary.DriverName, Timeout: 3 * time.Minute, Settle: 5 * time.Second}
 }
 
 func (r *Runner) logf(format string, args ...any) {

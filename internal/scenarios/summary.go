@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // GPUUse is what one GPU of a node is used for.
@@ -36,9 +38,9 @@ func (r *Runner) NodeSummary(ctx context.Context, node string) ([]GPUUse, error)
 		for _, d := range s.Spec.Devices {
 			a := attributeStrings(r.Driver, d.Attributes)
 			attrs[d.Name] = a
-			if a["type"] == "gpu" {
-				minor, _ := strconv.Atoi(a["minor"])
-				gpus[minor] = &GPUUse{Minor: minor, Product: a["productName"], UUID: a["uuid"]}
+			if deviceKind(a) == vocabulary.KindGPU {
+				minor, _ := strconv.Atoi(a[vocabulary.AttrMinor])
+				gpus[minor] = &GPUUse{Minor: minor, Product: a[vocabulary.AttrProductName], UUID: a[vocabulary.AttrUUID]}
 			}
 		}
 	}
@@ -61,21 +63,21 @@ func (r *Runner) NodeSummary(ctx context.Context, node string) ([]GPUUse, error)
 				continue
 			}
 			use := ""
-			switch a["type"] {
-			case "gpu":
+			switch deviceKind(a) {
+			case vocabulary.KindGPU:
 				use = "whole GPU"
-			case "mig":
-				use = fmt.Sprintf("MIG %s at placement %s", a["profile"], a["placementStart"])
-			case "timeslice", "mps":
+			case vocabulary.KindMIG:
+				use = fmt.Sprintf("MIG %s at placement %s", a[vocabulary.AttrProfile], a[vocabulary.AttrPlacementStart])
+			case vocabulary.KindTimeSlice, vocabulary.KindMPS:
 				var caps []string
 				for name, q := range res.ConsumedCapacity {
 					caps = append(caps, fmt.Sprintf("%s=%s", name, q.String()))
 				}
 				sort.Strings(caps)
-				kind := map[string]string{"timeslice": "time-sliced", "mps": "MPS"}[a["type"]]
+				kind := map[vocabulary.Kind]string{vocabulary.KindTimeSlice: "time-sliced", vocabulary.KindMPS: "MPS"}[deviceKind(a)]
 				use = fmt.Sprintf("%s share (%s)", kind, strings.Join(caps, " "))
 			default:
-				use = a["type"]
+				use = a[vocabulary.AttrType]
 			}
 			gpus[minor].Uses = append(gpus[minor].Uses, fmt.Sprintf("%s <- %s/%s", use, c.Namespace, c.Name))
 		}

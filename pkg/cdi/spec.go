@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -71,7 +73,7 @@ type ClaimDevice struct {
 	Pool    string
 	Device  string
 	ShareID string
-	Kind    string
+	Kind    vocabulary.Kind
 	// UUIDs are the NVIDIA UUIDs of what the container gets (GPU-… or MIG-…).
 	UUIDs []string
 	// DeviceNodes are the device's own nodes, as paths below the driver root,
@@ -189,7 +191,7 @@ func (b *specBuilder) device(claimUID types.UID, d ClaimDevice) (cdispec.Device,
 		AnnotationPool:    d.Pool,
 		AnnotationDevice:  d.Device,
 		AnnotationShareID: d.ShareID,
-		AnnotationKind:    d.Kind,
+		AnnotationKind:    string(d.Kind),
 		AnnotationUUIDs:   strings.Join(d.UUIDs, ","),
 	} {
 		if v != "" {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 
@@ -60,7 +62,7 @@ type ClaimSpecDevice struct {
 	Pool    string
 	Device  string
 	ShareID string
-	Kind    string
+	Kind    vocabulary.Kind
 	UUIDs   []string
 	// Annotations are all of the device's annotations, including the ones
 	// above and those from ClaimDevice.Annotations.
@@ -242,7 +244,7 @@ func readClaimSpec(specPath string, uid types.UID) (ClaimSpecInfo, bool) {
 			Pool:        a[AnnotationPool],
 			Device:      a[AnnotationDevice],
 			ShareID:     a[AnnotationShareID],
-			Kind:        a[AnnotationKind],
+			Kind:        vocabulary.Kind(a[AnnotationKind]),
 			Annotations: a,
 		}
 		if u := a[AnnotationUUIDs]; u != "" {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // rawJSONEqual compares json.RawMessage values by meaning: Save indents the
@@ -45,7 +46,7 @@ func fullCheckpoint() *Checkpoint {
 				Request:      "gpus",
 				Pool:         "node-a",
 				Device:       "gpu-0",
-				Kind:         DeviceKindGPU,
+				Kind:         vocabulary.KindGPU,
 				UUIDs:        []string{"GPU-0000"},
 				CDIDeviceIDs: []string{"k8s.gpu.dra.dev/gpu=uid-b-gpu-0"},
 				ShareID:      "share-1",
@@ -58,7 +59,7 @@ func fullCheckpoint() *Checkpoint {
 				Request:      "mig",
 				Pool:         "node-a",
 				Device:       "gpu-1-mig-1g10gb-6",
-				Kind:         DeviceKindMIG,
+				Kind:         vocabulary.KindMIG,
 				UUIDs:        []string{"MIG-1111"},
 				CDIDeviceIDs: []string{"k8s.gpu.dra.dev/gpu=uid-b-gpu-1-mig-1g10gb-6"},
 				MIG: &MigInstance{
@@ -132,7 +133,7 @@ func TestLoadOtherReleases(t *testing.T) {
 					Request:      "gpu",
 					Pool:         "node-a",
 					Device:       "gpu-0",
-					Kind:         DeviceKindGPU,
+					Kind:         vocabulary.KindGPU,
 					UUIDs:        []string{"GPU-6f5b1a2e-0c3d-4e8f-9a7b-1d2c3e4f5a6b"},
 					CDIDeviceIDs: []string{"k8s.gpu.dra.dev/gpu=0b7d9c1e-5f0a-4a57-9d0e-3c8f1f6b2a10-gpu-0"},
 				}},
@@ -154,7 +155,7 @@ func TestLoadOtherReleases(t *testing.T) {
 					Request:      "mig",
 					Pool:         "node-a",
 					Device:       "gpu-1-mig-1g10gb-0",
-					Kind:         DeviceKindMIG,
+					Kind:         vocabulary.KindMIG,
 					UUIDs:        []string{"MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"},
 					CDIDeviceIDs: []string{"k8s.gpu.dra.dev/gpu=0b7d9c1e-5f0a-4a57-9d0e-3c8f1f6b2a10-gpu-1-mig-1g10gb-0"},
 					MIG: &MigInstance{

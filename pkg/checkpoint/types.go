@@ -14,6 +14,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -46,18 +48,6 @@ func (s ClaimState) Known() bool {
 	return false
 }
 
-// Device kinds used by this driver. PreparedDevice.Kind is free-form so that
-// later features can add kinds without changing the format.
-const (
-	// DeviceKindGPU is a whole physical GPU.
-	DeviceKindGPU = "gpu"
-	// DeviceKindMIG is a MIG device (GPU instance plus compute instance).
-	DeviceKindMIG = "mig"
-	// DeviceKindTimeSlice and DeviceKindMPS are shares of a GPU.
-	DeviceKindTimeSlice = "timeslice"
-	DeviceKindMPS       = "mps"
-)
-
 // PreparedClaim is the record of one claim prepared on this node.
 type PreparedClaim struct {
 	// UID is the ResourceClaim's UID; the checkpoint is keyed by it.
@@ -83,9 +73,10 @@ type PreparedDevice struct {
 	// ShareID is the allocation result's share ID for devices allocated with
 	// consumable capacity; empty otherwise.
 	ShareID string `json:"shareID,omitempty"`
-	// Kind says what the device is, for example DeviceKindGPU or
-	// DeviceKindMIG.
-	Kind string `json:"kind"`
+	// Kind says what the device is. It stays free-form (any string) so that
+	// later releases can add kinds without changing the format; a kind this
+	// release does not know is left alone.
+	Kind vocabulary.Kind `json:"kind"`
 	// GPUUUID is the physical GPU the device is, or is carved from.
 	GPUUUID string `json:"gpuUUID,omitempty"`
 	// UUIDs are the NVIDIA UUIDs (GPU-… or MIG-…) the container gets.
@@ -97,7 +88,7 @@ type PreparedDevice struct {
 	// container for this device (the GPU's node, MIG capability nodes), so
 	// the spec can be written again while the GPU cannot be reached.
 	DeviceNodes []string `json:"deviceNodes,omitempty"`
-	// MIG describes the MIG instance behind a DeviceKindMIG device.
+	// MIG describes the MIG instance behind a vocabulary.KindMIG device.
 	MIG *MigInstance `json:"mig,omitempty"`
 	// Sharing describes how the device is shared, if it is.
 	Sharing *Sharing `json:"sharing,omitempty"`

@@ -19,10 +19,8 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
-
-// DefaultDriverName is the DRA driver name.
-const DefaultDriverName = "gpu.dra.dev"
 
 // Config is everything the controller needs to run.
 type Config struct {
@@ -108,7 +106,7 @@ type LeaderElectionConfig struct {
 
 // AddFlags registers the controller's flags on fs, with their defaults.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.DriverName, "driver-name", DefaultDriverName, "DRA driver name: opaque configs with this driver are validated, its ResourceSlices labelled.")
+	fs.StringVar(&c.DriverName, "driver-name", vocabulary.DriverName, "DRA driver name: opaque configs with this driver are validated, its ResourceSlices labelled.")
 	fs.StringVar(&c.Namespace, "namespace", "", "Namespace of the controller (leader election Lease, self-managed TLS Secret); set it from the downward API (metadata.namespace).")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 20, "API client QPS.")

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // ChartTemplatePath is the Helm chart template rendered by HelmTemplate,
@@ -41,7 +41,7 @@ spec:
   - cel:
       expression: '%s'
 `, c.Name(helmDriver), c.Description, strings.ReplaceAll(c.Selector(helmDriver), "'", "''"))
-		if c.DeviceType == devicemodel.TypeGPU {
+		if c.DeviceType == vocabulary.KindGPU {
 			b.WriteString(`  {{- with .Values.extendedResourceName }}
   extendedResourceName: {{ . | quote }}
   {{- end }}

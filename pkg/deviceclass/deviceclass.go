@@ -9,24 +9,24 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Class describes one DeviceClass: the kind of use it grants.
 type Class struct {
 	// Prefix is prepended to the driver name: "" gives "gpu.dra.dev".
 	Prefix string
-	// DeviceType is the value of the device's type attribute it selects.
-	DeviceType  string
+	// DeviceType is the kind of device (its type attribute) it selects.
+	DeviceType  vocabulary.Kind
 	Description string
 }
 
 // Classes lists the driver's DeviceClasses.
 var Classes = []Class{
-	{Prefix: "", DeviceType: devicemodel.TypeGPU, Description: "A whole GPU, exclusively."},
-	{Prefix: "mig", DeviceType: devicemodel.TypeMIG, Description: "A MIG device: a hardware partition of a GPU with its own memory and compute."},
-	{Prefix: "timeslice", DeviceType: devicemodel.TypeTimeSlicing, Description: "A time-sliced share of a GPU; request capacity shares, compute (percent) and memory."},
-	{Prefix: "mps", DeviceType: devicemodel.TypeMPS, Description: "An MPS share of a GPU with enforced compute (percent) and memory limits."},
+	{Prefix: "", DeviceType: vocabulary.KindGPU, Description: "A whole GPU, exclusively."},
+	{Prefix: "mig", DeviceType: vocabulary.KindMIG, Description: "A MIG device: a hardware partition of a GPU with its own memory and compute."},
+	{Prefix: "timeslice", DeviceType: vocabulary.KindTimeSlice, Description: "A time-sliced share of a GPU; request capacity shares, compute (percent) and memory."},
+	{Prefix: "mps", DeviceType: vocabulary.KindMPS, Description: "An MPS share of a GPU with enforced compute (percent) and memory limits."},
 }
 
 // Name is the class's object name for a driver.
@@ -40,7 +40,7 @@ func (c Class) Name(driverName string) string {
 // Selector is the CEL expression selecting the class's devices.
 func (c Class) Selector(driverName string) string {
 	return fmt.Sprintf("device.driver == %q && device.attributes[%q].%s == %q",
-		driverName, driverName, devicemodel.AttrType, c.DeviceType)
+		driverName, driverName, vocabulary.AttrType, c.DeviceType)
 }
 
 // DeviceClasses renders all classes for a driver name.

@@ -12,9 +12,10 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
-const driverName = "gpu.dra.dev"
+const driverName = vocabulary.DriverName
 
 // cluster simulates one node per machine, named after the machine.
 func cluster(t *testing.T, machines ...string) (*at.Cluster, map[string]*simnode.Node) {
@@ -81,7 +82,7 @@ func TestAllocateWholeGPUs(t *testing.T) {
 		c, nodes := cluster(t, "dgxh100")
 		got := c.MustAllocate(t, "dgxh100", at.WithConstraints(
 			at.Claim("pair", at.Exactly("gpu", driverName, 2)),
-			at.MatchAttribute(attr(devicemodel.AttrNUMANode))))
+			at.MatchAttribute(attr(vocabulary.AttrNUMANode))))
 		numa := map[int]bool{}
 		for _, name := range at.Devices(got[0]) {
 			numa[gpuByName(t, nodes["dgxh100"], name).NUMANode] = true
@@ -92,7 +93,7 @@ func TestAllocateWholeGPUs(t *testing.T) {
 		// Four GPUs per NUMA node: five on one node cannot exist.
 		c.MustNotFit(t, "dgxh100", at.WithConstraints(
 			at.Claim("five", at.Exactly("gpu", driverName, 5)),
-			at.MatchAttribute(attr(devicemodel.AttrNUMANode))))
+			at.MatchAttribute(attr(vocabulary.AttrNUMANode))))
 	})
 
 	t.Run("firstAvailable H200 else H100", func(t *testing.T) {
@@ -117,7 +118,7 @@ func TestAllocateWholeGPUs(t *testing.T) {
 			c, nodes := cluster(t, machine)
 			got := c.MustAllocate(t, machine, at.WithConstraints(
 				at.Claim("nvl", at.Exactly("gpu", driverName, 2)),
-				at.MatchAttribute(attr(devicemodel.AttrNVLinkDomain))))
+				at.MatchAttribute(attr(vocabulary.AttrNVLinkDomain))))
 			var domains []string
 			for _, name := range at.Devices(got[0]) {
 				domains = append(domains, gpuByName(t, nodes[machine], name).NVLinkDomain)
@@ -130,7 +131,7 @@ func TestAllocateWholeGPUs(t *testing.T) {
 		c, _ := cluster(t, "l4x4")
 		c.MustNotFit(t, "l4x4", at.WithConstraints(
 			at.Claim("nvl", at.Exactly("gpu", driverName, 2)),
-			at.MatchAttribute(attr(devicemodel.AttrNVLinkDomain))))
+			at.MatchAttribute(attr(vocabulary.AttrNVLinkDomain))))
 	})
 }
 

@@ -1,6 +1,7 @@
 // Package devicemodel turns discovered GPUs into the DRA devices and
 // ResourceSlices the scheduler allocates from: names, attributes, capacity
-// and slice layout within the API's limits.
+// and slice layout within the API's limits. The published names themselves
+// are pkg/vocabulary's.
 package devicemodel
 
 import (
@@ -9,53 +10,12 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
-// Attribute names, unqualified: the API puts them in the driver's domain
-// (e.g. device.attributes['gpu.dra.dev'].productName in CEL).
-const (
-	AttrType                  resourceapi.QualifiedName = "type"
-	AttrUUID                  resourceapi.QualifiedName = "uuid"
-	AttrIndex                 resourceapi.QualifiedName = "index"
-	AttrMinor                 resourceapi.QualifiedName = "minor"
-	AttrProductName           resourceapi.QualifiedName = "productName"
-	AttrBrand                 resourceapi.QualifiedName = "brand"
-	AttrArchitecture          resourceapi.QualifiedName = "architecture"
-	AttrCUDAComputeCapability resourceapi.QualifiedName = "cudaComputeCapability"
-	AttrDriverVersion         resourceapi.QualifiedName = "driverVersion"
-	AttrCUDADriverVersion     resourceapi.QualifiedName = "cudaDriverVersion"
-	AttrMIGCapable            resourceapi.QualifiedName = "migCapable"
-	AttrMIGEnabled            resourceapi.QualifiedName = "migEnabled"
-	AttrNVLinkDomain          resourceapi.QualifiedName = "nvlinkDomain"
-	AttrProfile               resourceapi.QualifiedName = "profile"
-	AttrParentUUID            resourceapi.QualifiedName = "parentUUID"
-	AttrParentMinor           resourceapi.QualifiedName = "parentMinor"
-	AttrPlacementStart        resourceapi.QualifiedName = "placementStart"
-	AttrStatic                resourceapi.QualifiedName = "static"
-
-	// Standard attributes shared with other drivers on the same node.
-	AttrPCIBusID = deviceattribute.StandardDeviceAttributePCIBusID
-	AttrPCIeRoot = deviceattribute.StandardDeviceAttributePCIeRoot
-	AttrNUMANode = deviceattribute.StandardDeviceAttributeNUMANode
-
-	CapacityMemory          resourceapi.QualifiedName = "memory"
-	CapacityMultiprocessors resourceapi.QualifiedName = "multiprocessors"
-	CapacityCopyEngines     resourceapi.QualifiedName = "copyEngines"
-	CapacityDecoders        resourceapi.QualifiedName = "decoders"
-	CapacityEncoders        resourceapi.QualifiedName = "encoders"
-	CapacityJPEGEngines     resourceapi.QualifiedName = "jpegEngines"
-	CapacityOFAEngines      resourceapi.QualifiedName = "ofaEngines"
-)
-
-// Device types published in the AttrType attribute; DeviceClasses select on it.
-const (
-	TypeGPU         = "gpu"
-	TypeMIG         = "mig"
-	TypeTimeSlicing = "timeslice"
-	TypeMPS         = "mps"
-)
+func kindAttr(k vocabulary.Kind) resourceapi.DeviceAttribute { return stringAttr(string(k)) }
 
 func stringAttr(s string) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{StringValue: ptr.To(s)}

@@ -1,48 +1,37 @@
 package devicemodel
 
 import (
-	"fmt"
-
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
-
-// Counter names in a GPU's counter set. One counter per memory slice
-// encodes MIG placement: a MIG device consumes exactly the slices its
-// placement covers, so overlapping placements exclude each other, as on the
-// hardware. Compute slices and media engines are counted in total; the +me
-// profiles differ from their plain twins only there.
-const (
-	counterComputeSlices = "compute-slices"
-	counterDecoders      = "decoders"
-	counterEncoders      = "encoders"
-	counterJPEGs         = "jpeg-engines"
-	counterOFAs          = "ofa-engines"
-)
-
-func memorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
 // CounterSetName names the counter set of a GPU.
 func CounterSetName(g *discovery.GPU) string { return g.CanonicalName() }
 
-// gpuCounters is everything a GPU has. A GPU without MIG has a single
-// memory slice: whoever uses it uses all of it.
+// gpuCounters is everything a GPU has (counter names in pkg/vocabulary).
+// One counter per memory slice encodes MIG placement: a MIG device consumes
+// exactly the slices its placement covers, so overlapping placements exclude
+// each other, as on the hardware. Compute slices and media engines are
+// counted in total; the +me profiles differ from their plain twins only
+// there. A GPU without MIG has a single memory slice: whoever uses it uses
+// all of it.
 func gpuCounters(g *discovery.GPU) map[string]resourceapi.Counter {
 	counters := map[string]resourceapi.Counter{}
 	if g.MIG == nil {
-		counters[memorySliceCounter(0)] = count(1)
+		counters[vocabulary.MemorySliceCounter(0)] = count(1)
 		return counters
 	}
 	for i := range g.MIG.MemorySlices {
-		counters[memorySliceCounter(i)] = count(1)
+		counters[vocabulary.MemorySliceCounter(i)] = count(1)
 	}
-	counters[counterComputeSlices] = count(g.MIG.ComputeSlices)
-	counters[counterDecoders] = count(g.MIG.Decoders)
-	counters[counterEncoders] = count(g.MIG.Encoders)
-	counters[counterJPEGs] = count(g.MIG.JPEGs)
-	counters[counterOFAs] = count(g.MIG.OFAs)
+	counters[vocabulary.CounterComputeSlices] = count(g.MIG.ComputeSlices)
+	counters[vocabulary.CounterDecoders] = count(g.MIG.Decoders)
+	counters[vocabulary.CounterEncoders] = count(g.MIG.Encoders)
+	counters[vocabulary.CounterJPEGEngines] = count(g.MIG.JPEGs)
+	counters[vocabulary.CounterOFAEngines] = count(g.MIG.OFAs)
 	return counters
 }
 

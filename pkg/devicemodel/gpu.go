@@ -4,6 +4,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // gpuAttributes are the facts every device carved from a GPU (the whole GPU,
@@ -11,22 +12,22 @@ import (
 // topology or versions whichever way it uses the GPU.
 func gpuAttributes(g *discovery.GPU) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		AttrProductName:           stringAttr(g.ProductName),
-		AttrBrand:                 stringAttr(g.Brand),
-		AttrArchitecture:          stringAttr(g.Architecture),
-		AttrCUDAComputeCapability: versionAttr(g.CUDAComputeCapability),
-		AttrDriverVersion:         versionAttr(g.DriverVersion),
-		AttrCUDADriverVersion:     versionAttr(g.CUDADriverVersion),
-		AttrPCIBusID:              stringAttr(g.PCIBusID),
+		vocabulary.AttrProductName:           stringAttr(g.ProductName),
+		vocabulary.AttrBrand:                 stringAttr(g.Brand),
+		vocabulary.AttrArchitecture:          stringAttr(g.Architecture),
+		vocabulary.AttrCUDAComputeCapability: versionAttr(g.CUDAComputeCapability),
+		vocabulary.AttrDriverVersion:         versionAttr(g.DriverVersion),
+		vocabulary.AttrCUDADriverVersion:     versionAttr(g.CUDADriverVersion),
+		vocabulary.AttrPCIBusID:              stringAttr(g.PCIBusID),
 	}
 	if g.PCIeRoot != "" {
-		attrs[AttrPCIeRoot] = stringAttr(g.PCIeRoot)
+		attrs[vocabulary.AttrPCIeRoot] = stringAttr(g.PCIeRoot)
 	}
 	if g.NUMANode >= 0 {
-		attrs[AttrNUMANode] = intAttr(g.NUMANode)
+		attrs[vocabulary.AttrNUMANode] = intAttr(g.NUMANode)
 	}
 	if g.NVLinkDomain != "" {
-		attrs[AttrNVLinkDomain] = stringAttr(g.NVLinkDomain)
+		attrs[vocabulary.AttrNVLinkDomain] = stringAttr(g.NVLinkDomain)
 	}
 	return attrs
 }
@@ -34,18 +35,18 @@ func gpuAttributes(g *discovery.GPU) map[resourceapi.QualifiedName]resourceapi.D
 // WholeGPU is the device for exclusive use of a whole GPU.
 func WholeGPU(g *discovery.GPU) resourceapi.Device {
 	attrs := gpuAttributes(g)
-	attrs[AttrType] = stringAttr(TypeGPU)
-	attrs[AttrUUID] = stringAttr(g.UUID)
-	attrs[AttrIndex] = intAttr(g.Index)
-	attrs[AttrMinor] = intAttr(g.Minor)
-	attrs[AttrMIGCapable] = boolAttr(g.MIGCapable)
-	attrs[AttrMIGEnabled] = boolAttr(g.MIGEnabled)
+	attrs[vocabulary.AttrType] = kindAttr(vocabulary.KindGPU)
+	attrs[vocabulary.AttrUUID] = stringAttr(g.UUID)
+	attrs[vocabulary.AttrIndex] = intAttr(g.Index)
+	attrs[vocabulary.AttrMinor] = intAttr(g.Minor)
+	attrs[vocabulary.AttrMIGCapable] = boolAttr(g.MIGCapable)
+	attrs[vocabulary.AttrMIGEnabled] = boolAttr(g.MIGEnabled)
 
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-		CapacityMemory: bytesCapacity(g.MemoryBytes),
+		vocabulary.CapacityMemory: bytesCapacity(g.MemoryBytes),
 	}
 	if g.Multiprocessors > 0 {
-		capacity[CapacityMultiprocessors] = countCapacity(g.Multiprocessors)
+		capacity[vocabulary.CapacityMultiprocessors] = countCapacity(g.Multiprocessors)
 	}
 	return resourceapi.Device{
 		Name:             g.CanonicalName(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // MIGDeviceName names a dynamic MIG device by parent, profile and placement:
@@ -33,7 +34,7 @@ func dynamicMIGDevices(g *discovery.GPU, only []string) []Published {
 		placements := slices.Clone(p.Placements)
 		slices.SortFunc(placements, func(a, b mig.Placement) int { return int(b.Start) - int(a.Start) })
 		for _, pl := range placements {
-			out = append(out, Published{Device: migDevice(g, *p, pl), Type: TypeMIG, GPU: g, MIGProfile: p, Placement: pl})
+			out = append(out, Published{Device: migDevice(g, *p, pl), Kind: vocabulary.KindMIG, GPU: g, MIGProfile: p, Placement: pl})
 		}
 	}
 	return out
@@ -41,19 +42,19 @@ func dynamicMIGDevices(g *discovery.GPU, only []string) []Published {
 
 func migDevice(g *discovery.GPU, p mig.Profile, pl mig.Placement) resourceapi.Device {
 	attrs := gpuAttributes(g)
-	attrs[AttrType] = stringAttr(TypeMIG)
-	attrs[AttrProfile] = stringAttr(p.Name)
-	attrs[AttrParentUUID] = stringAttr(g.UUID)
-	attrs[AttrParentMinor] = intAttr(g.Minor)
-	attrs[AttrPlacementStart] = intAttr(int(pl.Start))
+	attrs[vocabulary.AttrType] = kindAttr(vocabulary.KindMIG)
+	attrs[vocabulary.AttrProfile] = stringAttr(p.Name)
+	attrs[vocabulary.AttrParentUUID] = stringAttr(g.UUID)
+	attrs[vocabulary.AttrParentMinor] = intAttr(g.Minor)
+	attrs[vocabulary.AttrPlacementStart] = intAttr(int(pl.Start))
 
 	consumed := map[string]resourceapi.Counter{}
 	for i := pl.Start; i < pl.Start+pl.Size; i++ {
-		consumed[memorySliceCounter(int(i))] = count(1)
+		consumed[vocabulary.MemorySliceCounter(int(i))] = count(1)
 	}
 	for name, n := range map[string]int{
-		counterComputeSlices: p.ComputeSlices, counterDecoders: p.Decoders,
-		counterEncoders: p.Encoders, counterJPEGs: p.JPEGs, counterOFAs: p.OFAs,
+		vocabulary.CounterComputeSlices: p.ComputeSlices, vocabulary.CounterDecoders: p.Decoders,
+		vocabulary.CounterEncoders: p.Encoders, vocabulary.CounterJPEGEngines: p.JPEGs, vocabulary.CounterOFAEngines: p.OFAs,
 	} {
 		if n > 0 {
 			consumed[name] = count(n)
@@ -69,13 +70,13 @@ func migDevice(g *discovery.GPU, p mig.Profile, pl mig.Placement) resourceapi.De
 
 func migCapacity(p mig.Profile) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
 	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-		CapacityMemory:          bytesCapacity(p.MemoryBytes),
-		CapacityMultiprocessors: countCapacity(p.Multiprocessors),
-		CapacityCopyEngines:     countCapacity(p.CopyEngines),
-		CapacityDecoders:        countCapacity(p.Decoders),
-		CapacityEncoders:        countCapacity(p.Encoders),
-		CapacityJPEGEngines:     countCapacity(p.JPEGs),
-		CapacityOFAEngines:      countCapacity(p.OFAs),
+		vocabulary.CapacityMemory:          bytesCapacity(p.MemoryBytes),
+		vocabulary.CapacityMultiprocessors: countCapacity(p.Multiprocessors),
+		vocabulary.CapacityCopyEngines:     countCapacity(p.CopyEngines),
+		vocabulary.CapacityDecoders:        countCapacity(p.Decoders),
+		vocabulary.CapacityEncoders:        countCapacity(p.Encoders),
+		vocabulary.CapacityJPEGEngines:     countCapacity(p.JPEGs),
+		vocabulary.CapacityOFAEngines:      countCapacity(p.OFAs),
 	}
 }
 
@@ -92,14 +93,14 @@ func staticMIGDevices(g *discovery.GPU, static []mig.Instance) []Published {
 	for i := range static {
 		inst := &static[i]
 		attrs := gpuAttributes(g)
-		attrs[AttrType] = stringAttr(TypeMIG)
-		attrs[AttrProfile] = stringAttr(inst.Profile.Name)
-		attrs[AttrParentUUID] = stringAttr(g.UUID)
-		attrs[AttrParentMinor] = intAttr(g.Minor)
-		attrs[AttrPlacementStart] = intAttr(int(inst.Placement.Start))
-		attrs[AttrUUID] = stringAttr(inst.UUID)
-		attrs[AttrStatic] = boolAttr(true)
-		out = append(out, Published{Type: TypeMIG, GPU: g, StaticMIG: inst, Device: resourceapi.Device{
+		attrs[vocabulary.AttrType] = kindAttr(vocabulary.KindMIG)
+		attrs[vocabulary.AttrProfile] = stringAttr(inst.Profile.Name)
+		attrs[vocabulary.AttrParentUUID] = stringAttr(g.UUID)
+		attrs[vocabulary.AttrParentMinor] = intAttr(g.Minor)
+		attrs[vocabulary.AttrPlacementStart] = intAttr(int(inst.Placement.Start))
+		attrs[vocabulary.AttrUUID] = stringAttr(inst.UUID)
+		attrs[vocabulary.AttrStatic] = boolAttr(true)
+		out = append(out, Published{Kind: vocabulary.KindMIG, GPU: g, StaticMIG: inst, Device: resourceapi.Device{
 			Name:       StaticMIGDeviceName(g, *inst),
 			Attributes: attrs,
 			Capacity:   migCapacity(inst.Profile),

@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -113,7 +114,7 @@ func TestPolicy(t *testing.T) {
 		if shares := p.Device.Capacity["shares"].Value; p.Device.Name == "gpu-0-ts" && shares.Value() != 8 {
 			t.Errorf("gpu-0-ts shares = %v, want 8", shares.String())
 		}
-		if p.Type == devicemodel.TypeMPS {
+		if p.Kind == vocabulary.KindMPS {
 			t.Errorf("MPS is off by default but %s is published", p.Device.Name)
 		}
 	}
@@ -145,7 +146,7 @@ func TestPolicyMIGProfiles(t *testing.T) {
 	count := func(gpu string) map[string]int {
 		out := map[string]int{}
 		for _, p := range published {
-			if p.Type == devicemodel.TypeMIG && p.GPU.CanonicalName() == gpu {
+			if p.Kind == vocabulary.KindMIG && p.GPU.CanonicalName() == gpu {
 				out[p.MIGProfile.Name]++
 			}
 		}

@@ -8,40 +8,33 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
-)
-
-// Share capacities: every share consumes some of each, so each has a
-// request policy — the allocator would give a share that requests nothing
-// the whole of a capacity without one.
-const (
-	// CapacityShares counts the claims sharing the GPU (the device plugin's
-	// "replicas"); a share takes 1 unless it asks for more.
-	CapacityShares resourceapi.QualifiedName = "shares"
-	// CapacityCompute is the share of the GPU's compute, in percent.
-	CapacityCompute resourceapi.QualifiedName = "compute"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // ShareDevice is the shareable device of one strategy on a GPU: many claims
 // can be allocated from it, each consuming shares, compute and memory. It
 // consumes all of the GPU's counters, so while any share exists the GPU
 // cannot be allocated whole, as MIG devices or under the other strategy.
-func ShareDevice(g *discovery.GPU, deviceType string, maxShares int) resourceapi.Device {
+// Every share consumes some of each capacity, so each has a request policy:
+// the allocator would give a share that requests nothing the whole of a
+// capacity without one.
+func ShareDevice(g *discovery.GPU, kind vocabulary.Kind, maxShares int) resourceapi.Device {
 	attrs := gpuAttributes(g)
-	attrs[AttrType] = stringAttr(deviceType)
-	attrs[AttrUUID] = stringAttr(g.UUID)
-	attrs[AttrMinor] = intAttr(g.Minor)
+	attrs[vocabulary.AttrType] = kindAttr(kind)
+	attrs[vocabulary.AttrUUID] = stringAttr(g.UUID)
+	attrs[vocabulary.AttrMinor] = intAttr(g.Minor)
 
 	memStep := int64(1 << 20) // 1Mi
 	memDefault := (int64(g.MemoryBytes) / int64(maxShares)) / memStep * memStep
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-		CapacityShares: {
+		vocabulary.CapacityShares: {
 			Value: *resource.NewQuantity(int64(maxShares), resource.DecimalSI),
 			RequestPolicy: &resourceapi.CapacityRequestPolicy{
 				Default:    resource.NewQuantity(1, resource.DecimalSI),
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI)},
 			},
 		},
-		CapacityCompute: {
+		vocabulary.CapacityCompute: {
 			Value: *resource.NewQuantity(100, resource.DecimalSI),
 			RequestPolicy: &resourceapi.CapacityRequestPolicy{
 				Default: resource.NewQuantity(int64(100/maxShares), resource.DecimalSI),
@@ -51,7 +44,7 @@ func ShareDevice(g *discovery.GPU, deviceType string, maxShares int) resourceapi
 				},
 			},
 		},
-		CapacityMemory: {
+		vocabulary.CapacityMemory: {
 			Value: *resource.NewQuantity(int64(g.MemoryBytes), resource.BinarySI),
 			RequestPolicy: &resourceapi.CapacityRequestPolicy{
 				Default: resource.NewQuantity(memDefault, resource.BinarySI),
@@ -63,7 +56,7 @@ func ShareDevice(g *discovery.GPU, deviceType string, maxShares int) resourceapi
 		},
 	}
 	return resourceapi.Device{
-		Name:                     ShareDeviceName(g, deviceType),
+		Name:                     ShareDeviceName(g, kind),
 		Attributes:               attrs,
 		Capacity:                 capacity,
 		AllowMultipleAllocations: ptr.To(true),
@@ -72,7 +65,7 @@ func ShareDevice(g *discovery.GPU, deviceType string, maxShares int) resourceapi
 }
 
 // ShareDeviceName names a GPU's share device: gpu-0-ts, gpu-0-mps.
-func ShareDeviceName(g *discovery.GPU, deviceType string) string {
-	suffix := map[string]string{TypeTimeSlicing: "ts", TypeMPS: "mps"}[deviceType]
+func ShareDeviceName(g *discovery.GPU, kind vocabulary.Kind) string {
+	suffix := map[vocabulary.Kind]string{vocabulary.KindTimeSlice: "ts", vocabulary.KindMPS: "mps"}[kind]
 	return fmt.Sprintf("%s-%s", g.CanonicalName(), suffix)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Options configure the published model.
@@ -35,8 +36,8 @@ type Options struct {
 // know to hand it out.
 type Published struct {
 	Device resourceapi.Device
-	// Type is TypeGPU, TypeMIG, TypeTimeSlicing or TypeMPS.
-	Type string
+	// Kind says what the device is.
+	Kind vocabulary.Kind
 	GPU  *discovery.GPU
 	// MIGProfile and Placement describe a dynamic MIG device.
 	MIGProfile *mig.Profile
@@ -59,13 +60,13 @@ func Model(gpus []discovery.GPU, opts Options) ([]Published, []resourceapi.Count
 		policy := opts.Policy.forGPU(g)
 		counterSets = append(counterSets, CounterSet(g))
 		if policy.wholeGPU {
-			devices = append(devices, Published{Device: WholeGPU(g), Type: TypeGPU, GPU: g})
+			devices = append(devices, Published{Device: WholeGPU(g), Kind: vocabulary.KindGPU, GPU: g})
 		}
 		if policy.timeSlicing > 0 {
-			devices = append(devices, Published{Device: ShareDevice(g, TypeTimeSlicing, policy.timeSlicing), Type: TypeTimeSlicing, GPU: g})
+			devices = append(devices, Published{Device: ShareDevice(g, vocabulary.KindTimeSlice, policy.timeSlicing), Kind: vocabulary.KindTimeSlice, GPU: g})
 		}
 		if policy.mps > 0 && !opts.NoMPS {
-			devices = append(devices, Published{Device: ShareDevice(g, TypeMPS, policy.mps), Type: TypeMPS, GPU: g})
+			devices = append(devices, Published{Device: ShareDevice(g, vocabulary.KindMPS, policy.mps), Kind: vocabulary.KindMPS, GPU: g})
 		}
 		if g.MIG != nil && policy.mig == MIGDynamic {
 			devices = append(devices, dynamicMIGDevices(g, policy.migProfiles)...)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Config is what one hardware check needs.
@@ -82,6 +83,6 @@ func (c *Config) Validate() error {
 // pluginConfig is the kubelet plugin's configuration for this check.
 func (c *Config) pluginConfig() *nodeplugin.Config {
 	cfg := c.Hardware
-	cfg.DriverName, cfg.NodeName = nodeplugin.DefaultDriverName, c.NodeName
+	cfg.DriverName, cfg.NodeName = vocabulary.DriverName, c.NodeName
 	return &cfg
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // prepare runs the real plugin (pkg/nodeplugin) behind the guard against a fake
@@ -31,9 +31,9 @@ func (c *check) prepare(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	slices := devicemodel.ResourceSlices(devicemodel.Build(c.gpus, devicemodel.Options{NodeName: c.cfg.NodeName}), nodeplugin.DefaultDriverName, c.cfg.NodeName)
-	cluster := at.NewCluster(slices, deviceclass.DeviceClasses(nodeplugin.DefaultDriverName))
-	allocated, err := cluster.Allocate(ctx, c.cfg.NodeName, at.Claim("gpu-check", at.Exactly("gpu", nodeplugin.DefaultDriverName, 1)))
+	slices := devicemodel.ResourceSlices(devicemodel.Build(c.gpus, devicemodel.Options{NodeName: c.cfg.NodeName}), vocabulary.DriverName, c.cfg.NodeName)
+	cluster := at.NewCluster(slices, deviceclass.DeviceClasses(vocabulary.DriverName))
+	allocated, err := cluster.Allocate(ctx, c.cfg.NodeName, at.Claim("gpu-check", at.Exactly("gpu", vocabulary.DriverName, 1)))
 	if err != nil {
 		return fmt.Errorf("allocate a whole GPU: %w", err)
 	}

@@ -5,42 +5,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-)
 
-// Device types, as published in the type attribute (pkg/devicemodel).
-const (
-	TypeGPU         = "gpu"
-	TypeMIG         = "mig"
-	TypeTimeSlicing = "timeslice"
-	TypeMPS         = "mps"
-)
-
-// Attribute and capacity names the plugin reads. Unqualified names live in
-// the driver's domain; the tests check them against pkg/devicemodel.
-const (
-	attrType                  = "type"
-	attrUUID                  = "uuid"
-	attrMinor                 = "minor"
-	attrProductName           = "productName"
-	attrArchitecture          = "architecture"
-	attrCUDAComputeCapability = "cudaComputeCapability"
-	attrDriverVersion         = "driverVersion"
-	attrCUDADriverVersion     = "cudaDriverVersion"
-	attrMIGCapable            = "migCapable"
-	attrMIGEnabled            = "migEnabled"
-	attrNVLinkDomain          = "nvlinkDomain"
-	attrProfile               = "profile"
-	attrParentUUID            = "parentUUID"
-	attrParentMinor           = "parentMinor"
-	attrPlacementStart        = "placementStart"
-	attrStatic                = "static"
-	attrPCIBusID              = "resource.kubernetes.io/pciBusID"
-	attrPCIeRoot              = "resource.kubernetes.io/pcieRoot"
-	attrNUMANode              = "resource.kubernetes.io/numaNode"
-
-	capMemory  = "memory"
-	capShares  = "shares"
-	capCompute = "compute"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // domain qualifies names with the driver's domain, each once.
@@ -51,10 +17,12 @@ type domain struct {
 
 func newDomain(driver string) *domain {
 	d := &domain{driver: driver, qualified: map[string]resourceapi.QualifiedName{}}
-	for _, name := range []string{attrType, attrUUID, attrMinor, attrProductName, attrArchitecture,
-		attrCUDAComputeCapability, attrDriverVersion, attrCUDADriverVersion, attrMIGCapable, attrMIGEnabled,
-		attrNVLinkDomain, attrProfile, attrParentUUID, attrParentMinor, attrPlacementStart, attrStatic,
-		capMemory, capShares, capCompute} {
+	for _, name := range []string{vocabulary.AttrType, vocabulary.AttrUUID, vocabulary.AttrMinor,
+		vocabulary.AttrProductName, vocabulary.AttrArchitecture, vocabulary.AttrCUDAComputeCapability,
+		vocabulary.AttrDriverVersion, vocabulary.AttrCUDADriverVersion, vocabulary.AttrMIGCapable,
+		vocabulary.AttrMIGEnabled, vocabulary.AttrNVLinkDomain, vocabulary.AttrProfile, vocabulary.AttrParentUUID,
+		vocabulary.AttrParentMinor, vocabulary.AttrPlacementStart, vocabulary.AttrStatic,
+		vocabulary.CapacityMemory, vocabulary.CapacityShares, vocabulary.CapacityCompute} {
 		d.qualified[name] = resourceapi.QualifiedName(driver + "/" + name)
 	}
 	return d

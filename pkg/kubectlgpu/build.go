@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Build indexes src into an Inventory for driver. Only the newest
@@ -125,12 +127,12 @@ func sliceNode(s *resourceapi.ResourceSlice) string {
 // false when it is not one of the driver's GPU devices.
 func (b *builder) addDevice(dev *Device, part *poolPart, d *resourceapi.Device) bool {
 	a := attributes{domain: b.domain, attrs: d.Attributes}
-	typ := a.str(attrType)
-	minorAttr := attrMinor
+	typ := vocabulary.Kind(a.str(vocabulary.AttrType))
+	minorAttr := vocabulary.AttrMinor
 	switch typ {
-	case TypeGPU, TypeTimeSlicing, TypeMPS:
-	case TypeMIG:
-		minorAttr = attrParentMinor
+	case vocabulary.KindGPU, vocabulary.KindTimeSlice, vocabulary.KindMPS:
+	case vocabulary.KindMIG:
+		minorAttr = vocabulary.AttrParentMinor
 	default:
 		return false
 	}
@@ -148,26 +150,26 @@ func (b *builder) addDevice(dev *Device, part *poolPart, d *resourceapi.Device) 
 	g.learn(a, typ)
 
 	*dev = Device{GPU: g, Name: d.Name, Type: typ, Taints: d.Taints}
-	if c, ok := d.Capacity[resourceapi.QualifiedName(capMemory)]; ok {
+	if c, ok := d.Capacity[resourceapi.QualifiedName(vocabulary.CapacityMemory)]; ok {
 		dev.Memory = c.Value
-	} else if c, ok := d.Capacity[b.domain.qualify(capMemory)]; ok {
+	} else if c, ok := d.Capacity[b.domain.qualify(vocabulary.CapacityMemory)]; ok {
 		dev.Memory = c.Value
 	}
 	switch typ {
-	case TypeMIG:
-		dev.Profile = a.str(attrProfile)
-		dev.PlacementStart, _ = a.int(attrPlacementStart)
-		dev.Static = a.bool(attrStatic)
+	case vocabulary.KindMIG:
+		dev.Profile = a.str(vocabulary.AttrProfile)
+		dev.PlacementStart, _ = a.int(vocabulary.AttrPlacementStart)
+		dev.Static = a.bool(vocabulary.AttrStatic)
 		// Static MIG devices exist only on a GPU in MIG mode.
 		g.MIGEnabled = g.MIGEnabled || dev.Static
-	case TypeTimeSlicing, TypeMPS:
-		if c, ok := d.Capacity[resourceapi.QualifiedName(capShares)]; ok {
+	case vocabulary.KindTimeSlice, vocabulary.KindMPS:
+		if c, ok := d.Capacity[resourceapi.QualifiedName(vocabulary.CapacityShares)]; ok {
 			dev.Shares = c.Value.Value()
-		} else if c, ok := d.Capacity[b.domain.qualify(capShares)]; ok {
+		} else if c, ok := d.Capacity[b.domain.qualify(vocabulary.CapacityShares)]; ok {
 			dev.Shares = c.Value.Value()
 		}
 	}
-	if g.Memory.IsZero() && typ != TypeMIG {
+	if g.Memory.IsZero() && typ != vocabulary.KindMIG {
 		g.Memory = dev.Memory
 	}
 	// A GPU's devices consume from its own counter set only.
@@ -206,33 +208,33 @@ func (b *builder) counterUses(m map[string]resourceapi.Counter) []counterUse {
 // learn fills in the GPU's identity from a device. Every device of a GPU
 // carries its product, versions and topology; only the whole GPU and its
 // shares carry its UUID and memory, and only the whole GPU the MIG flags.
-func (g *GPU) learn(a attributes, typ string) {
+func (g *GPU) learn(a attributes, typ vocabulary.Kind) {
 	set := func(field *string, name string) {
 		if *field == "" {
 			*field = a.str(name)
 		}
 	}
-	set(&g.ProductName, attrProductName)
-	set(&g.Architecture, attrArchitecture)
-	set(&g.CUDAComputeCapability, attrCUDAComputeCapability)
-	set(&g.DriverVersion, attrDriverVersion)
-	set(&g.CUDADriverVersion, attrCUDADriverVersion)
-	set(&g.PCIBusID, attrPCIBusID)
-	set(&g.PCIeRoot, attrPCIeRoot)
-	set(&g.NVLinkDomain, attrNVLinkDomain)
+	set(&g.ProductName, vocabulary.AttrProductName)
+	set(&g.Architecture, vocabulary.AttrArchitecture)
+	set(&g.CUDAComputeCapability, vocabulary.AttrCUDAComputeCapability)
+	set(&g.DriverVersion, vocabulary.AttrDriverVersion)
+	set(&g.CUDADriverVersion, vocabulary.AttrCUDADriverVersion)
+	set(&g.PCIBusID, vocabulary.AttrPCIBusID)
+	set(&g.PCIeRoot, vocabulary.AttrPCIeRoot)
+	set(&g.NVLinkDomain, vocabulary.AttrNVLinkDomain)
 	if g.NUMANode == nil {
-		if n, ok := a.int(attrNUMANode); ok {
+		if n, ok := a.int(vocabulary.AttrNUMANode); ok {
 			g.NUMANode = &n
 		}
 	}
-	if typ == TypeMIG {
-		set(&g.UUID, attrParentUUID)
+	if typ == vocabulary.KindMIG {
+		set(&g.UUID, vocabulary.AttrParentUUID)
 	} else {
-		set(&g.UUID, attrUUID)
+		set(&g.UUID, vocabulary.AttrUUID)
 	}
-	if typ == TypeGPU {
-		g.MIGCapable = a.bool(attrMIGCapable)
-		g.MIGEnabled = a.bool(attrMIGEnabled)
+	if typ == vocabulary.KindGPU {
+		g.MIGCapable = a.bool(vocabulary.AttrMIGCapable)
+		g.MIGEnabled = a.bool(vocabulary.AttrMIGEnabled)
 	}
 }
 
@@ -260,7 +262,7 @@ func (b *builder) finish(src *Source) *Inventory {
 		for _, g := range part.order {
 			g.Node = n
 			g.Counters = part.counters[g.CounterSet]
-			g.MIGCapable = g.MIGCapable || slices.ContainsFunc(g.Devices, func(d *Device) bool { return d.Type == TypeMIG })
+			g.MIGCapable = g.MIGCapable || slices.ContainsFunc(g.Devices, func(d *Device) bool { return d.Type == vocabulary.KindMIG })
 			n.GPUs = append(n.GPUs, g)
 		}
 		for name, d := range part.named {

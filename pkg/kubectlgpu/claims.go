@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // addClaims adds the claims that hold devices of the driver, or are pending
@@ -54,7 +56,7 @@ func (inv *Inventory) addClaims(src *Source, devices map[deviceKey]*Device) {
 				if r.ShareID != nil {
 					h.ShareID = string(*r.ShareID)
 				}
-				devType := ""
+				var devType vocabulary.Kind
 				if h.Device != nil {
 					devType = h.Device.Type
 					h.Device.Holdings = append(h.Device.Holdings, h)

@@ -16,6 +16,7 @@ import (
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/golden"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 func TestClaimsGolden(t *testing.T) {
@@ -105,7 +106,7 @@ func TestClaimsJSON(t *testing.T) {
 	}
 	d := tsA.Devices[0]
 	shares, compute := d.Consumed["shares"], d.Consumed["compute"]
-	if d.Device != "gpu-0-ts" || d.Type != kubectlgpu.TypeTimeSlicing || d.GPU != "gpu-0" || d.Pool != "node-a" ||
+	if d.Device != "gpu-0-ts" || d.Type != vocabulary.KindTimeSlice || d.GPU != "gpu-0" || d.Pool != "node-a" ||
 		d.ShareID == "" || shares.Value() != 1 || compute.Value() != 25 {
 		t.Errorf("ts-a device %+v", d)
 	}

@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Config sources.
@@ -53,17 +54,17 @@ type configCache map[configKey]Config
 
 type configKey struct {
 	source  resourceapi.AllocationConfigSource
-	devType string
+	devType vocabulary.Kind
 	raw     string
 }
 
 // effectiveConfig picks the config in effect for one allocation result.
-func (cache configCache) effectiveConfig(configs []resourceapi.DeviceAllocationConfiguration, driver, request, devType string) Config {
+func (cache configCache) effectiveConfig(configs []resourceapi.DeviceAllocationConfiguration, driver, request string, devType vocabulary.Kind) Config {
 	var chosen *resourceapi.DeviceAllocationConfiguration
 	for _, source := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
 		for i := range configs {
 			c := &configs[i]
-			if c.Source == source && c.Opaque != nil && c.Opaque.Driver == driver && appliesTo(c.Requests, request) {
+			if c.Source == source && c.Opaque != nil && c.Opaque.Driver == driver && vocabulary.AppliesTo(c.Requests, request) {
 				chosen = c
 			}
 		}
@@ -80,7 +81,7 @@ func (cache configCache) effectiveConfig(configs []resourceapi.DeviceAllocationC
 	return c
 }
 
-func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType string) Config {
+func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType vocabulary.Kind) Config {
 	if chosen == nil {
 		strategy := deviceStrategy(devType)
 		return Config{Source: ConfigFromDefault, Strategy: strategy, Summary: describeStrategy(strategy, nil, "")}
@@ -107,23 +108,23 @@ func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType s
 		if c.Sharing.TimeSlicingConfig != nil && c.Sharing.TimeSlicingConfig.Interval != nil {
 			interval = string(*c.Sharing.TimeSlicingConfig.Interval)
 		}
-		if devType == TypeMIG {
+		if devType == vocabulary.KindMIG {
 			out.Error = "a GpuConfig does not apply to a MIG device, use MigDeviceConfig"
 		}
 	case *gpuv1beta1.MigDeviceConfig:
 		strategy, mps = c.Sharing.Strategy, c.Sharing.MPSConfig
-		if devType != "" && devType != TypeMIG {
+		if devType != "" && devType != vocabulary.KindMIG {
 			out.Error = fmt.Sprintf("a MigDeviceConfig does not apply to a %s device, use GpuConfig", devType)
 		}
 	}
-	if want := deviceStrategy(devType); devType == TypeTimeSlicing || devType == TypeMPS {
+	if want := deviceStrategy(devType); devType.Shared() {
 		// The class chose the strategy; Exclusive in a config leaves it.
 		if strategy == gpuv1beta1.ExclusiveStrategy {
 			strategy = gpuv1beta1.SharingStrategy(want)
 		} else if string(strategy) != want {
 			out.Error = fmt.Sprintf("sharing strategy %s does not apply to a %s share", strategy, devType)
 		}
-	} else if devType == TypeGPU && strategy != gpuv1beta1.ExclusiveStrategy {
+	} else if devType == vocabulary.KindGPU && strategy != gpuv1beta1.ExclusiveStrategy {
 		out.Error = fmt.Sprintf("a whole GPU is allocated exclusively: sharing strategy %s is not supported for it", strategy)
 	}
 	out.Strategy = string(strategy)
@@ -132,11 +133,11 @@ func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType s
 }
 
 // deviceStrategy is the strategy a device has without config.
-func deviceStrategy(devType string) string {
+func deviceStrategy(devType vocabulary.Kind) string {
 	switch devType {
-	case TypeTimeSlicing:
+	case vocabulary.KindTimeSlice:
 		return string(gpuv1beta1.TimeSlicingStrategy)
-	case TypeMPS:
+	case vocabulary.KindMPS:
 		return string(gpuv1beta1.MPSStrategy)
 	case "":
 		return ""
@@ -176,19 +177,4 @@ func describeStrategy(strategy string, mps *gpuv1beta1.MPSConfig, interval strin
 		return strategy
 	}
 	return strategy + ", " + strings.Join(parts, ", ")
-}
-
-// appliesTo mirrors the plugin: a config naming request "req" applies to
-// its subrequests "req/<sub>" too; naming none applies to all.
-func appliesTo(requests []string, request string) bool {
-	if len(requests) == 0 {
-		return true
-	}
-	parent, _, _ := strings.Cut(request, "/")
-	for _, r := range requests {
-		if r == request || r == parent {
-			return true
-		}
-	}
-	return false
 }

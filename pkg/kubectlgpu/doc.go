@@ -15,6 +15,6 @@
 // kind comes from the type attribute, the GPU a device belongs to from its
 // minor (or parentMinor) attribute, and free MIG placements from the GPU's
 // counter set minus what allocated devices consume. The package does not
-// import the device model (which needs NVML and cgo); the names it relies
-// on are checked against pkg/devicemodel in its tests.
+// import the device model (which needs NVML and cgo): the names it reads
+// are pkg/vocabulary's, the ones the device model publishes.
 package kubectlgpu

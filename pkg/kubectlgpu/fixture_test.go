@@ -21,9 +21,10 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
-const driverName = "gpu.dra.dev"
+const driverName = vocabulary.DriverName
 
 func TestMain(m *testing.M) { os.Exit(simnode.Main(m)) }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // formatBytes shows a memory quantity in binary units with one decimal:
@@ -31,7 +33,7 @@ func formatBytes(q resource.Quantity) string {
 // formatCapacity shows consumed or published capacity: shares, compute and
 // memory first, then the rest by name.
 func formatCapacity(m map[string]resource.Quantity) string {
-	order := []string{capShares, capCompute, capMemory}
+	order := []string{vocabulary.CapacityShares, vocabulary.CapacityCompute, vocabulary.CapacityMemory}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !slices.Contains(order, k) {
 			order = append(order, k)
@@ -44,9 +46,9 @@ func formatCapacity(m map[string]resource.Quantity) string {
 			continue
 		}
 		switch k {
-		case capCompute:
+		case vocabulary.CapacityCompute:
 			parts = append(parts, fmt.Sprintf("compute %d%%", q.Value()))
-		case capMemory:
+		case vocabulary.CapacityMemory:
 			parts = append(parts, "memory "+formatBytes(q))
 		default:
 			parts = append(parts, k+" "+q.String())
@@ -94,12 +96,12 @@ func formatDevice(a Allocation) string {
 	switch a.Type {
 	case "":
 		what = "not published"
-	case TypeGPU:
+	case vocabulary.KindGPU:
 		what = "whole"
-	case TypeMIG:
+	case vocabulary.KindMIG:
 		what = "mig " + a.Profile
 	default:
-		what = a.Type
+		what = string(a.Type)
 		if c := formatCapacity(a.Consumed); c != "" {
 			what += ": " + c
 		}

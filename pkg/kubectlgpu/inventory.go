@@ -4,6 +4,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Inventory is a driver's GPUs in the cluster and the claims holding them,
@@ -67,8 +69,8 @@ type Device struct {
 	GPU *GPU
 	// Name is the device name, unique in its pool.
 	Name string
-	// Type is TypeGPU, TypeMIG, TypeTimeSlicing or TypeMPS.
-	Type string
+	// Type is the device's kind (its type attribute).
+	Type vocabulary.Kind
 	// Profile and PlacementStart describe a MIG device; Static marks one
 	// created out of band.
 	Profile        string

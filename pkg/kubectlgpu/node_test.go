@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 func TestNodeGolden(t *testing.T) {
@@ -142,7 +143,7 @@ func TestFreeMIGPlacementsMatchTheAllocator(t *testing.T) {
 				}
 			}
 			for _, dev := range g.Devices {
-				if dev.Type != kubectlgpu.TypeMIG {
+				if dev.Type != vocabulary.KindMIG {
 					continue
 				}
 				claim := at.Claim("probe", onGPU(0, "mig", profile(dev.Profile),

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Output formats of -o.
@@ -280,7 +282,7 @@ func deviceNames(devices []DeviceInfo) string {
 	var names []string
 	mig := 0
 	for _, d := range devices {
-		if d.Type == TypeMIG {
+		if d.Type == vocabulary.KindMIG {
 			mig++
 			continue
 		}

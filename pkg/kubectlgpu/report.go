@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Report kinds, in the kind field of -o json|yaml.
@@ -126,13 +128,13 @@ type GPUDetail struct {
 
 // DeviceInfo is one published device.
 type DeviceInfo struct {
-	Name           string  `json:"name"`
-	Type           string  `json:"type"`
-	Profile        string  `json:"profile,omitempty"`
-	PlacementStart *int64  `json:"placementStart,omitempty"`
-	Static         bool    `json:"static,omitempty"`
-	Allocations    int     `json:"allocations"`
-	Taints         []Taint `json:"taints,omitempty"`
+	Name           string          `json:"name"`
+	Type           vocabulary.Kind `json:"type"`
+	Profile        string          `json:"profile,omitempty"`
+	PlacementStart *int64          `json:"placementStart,omitempty"`
+	Static         bool            `json:"static,omitempty"`
+	Allocations    int             `json:"allocations"`
+	Taints         []Taint         `json:"taints,omitempty"`
 }
 
 // Allocation is one allocation result of the driver in a claim.
@@ -142,10 +144,10 @@ type Allocation struct {
 	Device  string `json:"device"`
 	// Type, GPU and Profile are empty when no current slice publishes the
 	// device.
-	Type    string `json:"type,omitempty"`
-	GPU     string `json:"gpu,omitempty"`
-	Profile string `json:"profile,omitempty"`
-	ShareID string `json:"shareID,omitempty"`
+	Type    vocabulary.Kind `json:"type,omitempty"`
+	GPU     string          `json:"gpu,omitempty"`
+	Profile string          `json:"profile,omitempty"`
+	ShareID string          `json:"shareID,omitempty"`
 	// Consumed is the capacity a share consumes.
 	Consumed    map[string]resource.Quantity `json:"consumed,omitempty"`
 	AdminAccess bool                         `json:"adminAccess,omitempty"`
@@ -289,7 +291,7 @@ func (inv *Inventory) NodeDetail(name string) (NodeDetail, error) {
 		}
 		for _, dev := range g.Devices {
 			info := DeviceInfo{Name: dev.Name, Type: dev.Type, Profile: dev.Profile, Static: dev.Static, Allocations: len(dev.Holdings)}
-			if dev.Type == TypeMIG {
+			if dev.Type == vocabulary.KindMIG {
 				info.PlacementStart = &dev.PlacementStart
 			}
 			for _, t := range dev.Taints {

@@ -8,15 +8,13 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
-)
 
-// DefaultDriver is the driver name the commands look at unless told
-// otherwise.
-const DefaultDriver = "gpu.dra.dev"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+)
 
 // Options are what every command needs besides its arguments.
 type Options struct {
-	// Driver is the DRA driver name; DefaultDriver when empty.
+	// Driver is the DRA driver name; vocabulary.DriverName when empty.
 	Driver string
 	// Output is OutputTable, OutputWide, OutputJSON or OutputYAML.
 	Output string
@@ -34,7 +32,7 @@ func (o *Options) Validate() error {
 
 func (o *Options) driver() string {
 	if o.Driver == "" {
-		return DefaultDriver
+		return vocabulary.DriverName
 	}
 	return o.Driver
 }

@@ -5,18 +5,20 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // GPU states in Usage.State.
 const (
 	StateFree  = "free"
 	StateWhole = "whole"
-	// StateMIG, StateTimeSlicing and StateMPS are TypeMIG, TypeTimeSlicing
-	// and TypeMPS; StateMixed is more than one of them at once, which only
-	// stale allocations can cause.
-	StateMIG         = TypeMIG
-	StateTimeSlicing = TypeTimeSlicing
-	StateMPS         = TypeMPS
+	// StateMIG, StateTimeSlicing and StateMPS are the kinds of the devices
+	// in use; StateMixed is more than one of them at once, which only stale
+	// allocations can cause.
+	StateMIG         = string(vocabulary.KindMIG)
+	StateTimeSlicing = string(vocabulary.KindTimeSlice)
+	StateMPS         = string(vocabulary.KindMPS)
 	StateMixed       = "mixed"
 )
 
@@ -43,8 +45,8 @@ type ProfileCount struct {
 
 // ShareUsage is what the shares of a time-slicing or MPS device consume.
 type ShareUsage struct {
-	Type   string `json:"type"`
-	Device string `json:"device"`
+	Type   vocabulary.Kind `json:"type"`
+	Device string          `json:"device"`
 	// Used and Allowed count shares (capacity "shares").
 	Used    int64 `json:"used"`
 	Allowed int64 `json:"allowed"`
@@ -71,17 +73,17 @@ func (g *GPU) Usage() Usage {
 				continue
 			}
 			switch d.Type {
-			case TypeGPU:
+			case vocabulary.KindGPU:
 				states[StateWhole] = true
 				u.Whole = true
-			case TypeMIG:
+			case vocabulary.KindMIG:
 				states[StateMIG] = true
 				if migCounts[d.Profile] == 0 {
 					profiles = append(profiles, d.Profile)
 				}
 				migCounts[d.Profile]++
-			case TypeTimeSlicing, TypeMPS:
-				states[d.Type] = true
+			case vocabulary.KindTimeSlice, vocabulary.KindMPS:
+				states[string(d.Type)] = true
 				if share == nil {
 					share = newShareUsage(d)
 				}
@@ -115,15 +117,15 @@ func newShareUsage(d *Device) *ShareUsage {
 }
 
 func (s *ShareUsage) add(h *Holding) {
-	if q, ok := h.Consumed[capShares]; ok {
+	if q, ok := h.Consumed[vocabulary.CapacityShares]; ok {
 		s.Used += q.Value()
 	} else {
 		s.Used++
 	}
-	if q, ok := h.Consumed[capCompute]; ok {
+	if q, ok := h.Consumed[vocabulary.CapacityCompute]; ok {
 		s.ComputePercent += q.Value()
 	}
-	if q, ok := h.Consumed[capMemory]; ok {
+	if q, ok := h.Consumed[vocabulary.CapacityMemory]; ok {
 		s.Memory.Add(q)
 	}
 }
@@ -177,7 +179,7 @@ func (g *GPU) FreeMIG() []FreeMIG {
 	var out []FreeMIG
 	byProfile := map[string]int{}
 	for _, d := range g.Devices {
-		if d.Type != TypeMIG {
+		if d.Type != vocabulary.KindMIG {
 			continue
 		}
 		i, ok := byProfile[d.Profile]

@@ -18,10 +18,8 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
-
-// DefaultDriverName is the DRA driver name.
-const DefaultDriverName = "gpu.dra.dev"
 
 // Config is everything the plugin needs to run.
 type Config struct {
@@ -112,17 +110,17 @@ const (
 // AddFlags registers the plugin's flags on fs.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.AddHardwareFlags(fs)
-	fs.StringVar(&c.DriverName, "driver-name", DefaultDriverName, "DRA driver name published in ResourceSlices and used for the kubelet registration.")
+	fs.StringVar(&c.DriverName, "driver-name", vocabulary.DriverName, "DRA driver name published in ResourceSlices and used for the kubelet registration.")
 	fs.StringVar(&c.NodeName, "node-name", "", "Name of the node this plugin runs on; names the resource pool.")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "API client QPS. The kubelet helper GETs each claim on prepare through this client; client-go's default of 5 makes each prepare wait ~200 ms.")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "API client burst.")
-	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName), "Directory for the plugin socket, checkpoint and simulation state.")
+	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", vocabulary.DriverName), "Directory for the plugin socket, checkpoint and simulation state.")
 	fs.StringVar(&c.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for transient CDI specs, read by the container runtime.")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "Path of the driver installation on the host, for the CDI specs the container runtime reads; default: --driver-root. Set it when the plugin runs in a container that mounts the host's driver root elsewhere, e.g. --driver-root=/driver-root --host-driver-root=/.")
 	fs.StringVar(&c.DevicePolicyFile, "device-policy", "", "YAML file saying what each GPU publishes: whole GPU, dynamic MIG, time-slicing and MPS shares and their count, with per-GPU overrides by minor or UUID (see docs/device-model.md). Empty publishes everything a GPU supports.")
-	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", DefaultDriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
+	fs.StringVar(&c.MPSDir, "mps-dir", filepath.Join("/var/lib/kubelet/plugins", vocabulary.DriverName, "mps"), "Directory for MPS control daemons' pipes and logs (at most 60 bytes; must be a host path, containers mount the pipes from it).")
 	fs.StringVar(&c.MPSControl, "mps-control", "", "nvidia-cuda-mps-control to run; default: the driver root's (in simulation, mps-control-sim beside this binary).")
 	fs.StringVar(&c.MPSDaemonImage, "mps-daemon-image", "", "Run MPS control daemons as pods of this image (normally the plugin's own), bound to this node and owned by the plugin pod's DaemonSet, so that they survive plugin restarts; empty runs them as processes of the plugin, which die with its container.")
 	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs, a whole number of mebibytes (e.g. 1Gi), that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")

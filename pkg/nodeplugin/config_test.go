@@ -3,6 +3,8 @@ package nodeplugin
 import (
 	"strings"
 	"testing"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Validate names the flag at fault.
@@ -34,7 +36,7 @@ func TestConfigValidate(t *testing.T) {
 		"metrics cert and key":      {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := &Config{NodeName: "n1", DriverName: DefaultDriverName}
+			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}
 			tc.change(c)
 			err := c.Validate()
 			switch {

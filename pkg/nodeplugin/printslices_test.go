@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/golden"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // The --print-slices output of every simulated machine is checked in, so any
@@ -17,7 +18,7 @@ func TestPrintSlicesGolden(t *testing.T) {
 		t.Run(machine, func(t *testing.T) {
 			var out bytes.Buffer
 			cfg := &Config{
-				DriverName: DefaultDriverName, NodeName: "node-1", Simulate: machine,
+				DriverName: vocabulary.DriverName, NodeName: "node-1", Simulate: machine,
 				PrintSlices: true, PluginDataDir: t.TempDir(), Out: &out,
 				// Any control program: the node then publishes MPS shares.
 				MPSControl: "/bin/true",

@@ -7,14 +7,15 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // requestConfig picks the opaque configuration of this driver that applies
 // to one allocation result. Class configs come before claim configs, and
 // within each source a later entry overrides an earlier one, so the last
-// match wins: a claim can refine what its class sets. A config naming
-// request "req" applies to the subrequests "req/<sub>" of a firstAvailable
-// request too. Nil means no config applies.
+// match wins: a claim can refine what its class sets. Which requests a
+// config applies to is vocabulary.AppliesTo's (subrequests included). Nil
+// means no config applies.
 func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string) (gpuv1beta1.Config, error) {
 	var chosen gpuv1beta1.Config
 	for _, source := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
@@ -22,7 +23,7 @@ func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string)
 			if c.Source != source || c.Opaque == nil || c.Opaque.Driver != d.opts.DriverName {
 				continue
 			}
-			if !appliesTo(c.Requests, request) {
+			if !vocabulary.AppliesTo(c.Requests, request) {
 				continue
 			}
 			cfg, err := gpuv1beta1.DecodeDefaultValidate(c.Opaque.Parameters.Raw)
@@ -33,19 +34,6 @@ func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string)
 		}
 	}
 	return chosen, nil
-}
-
-func appliesTo(requests []string, request string) bool {
-	if len(requests) == 0 {
-		return true
-	}
-	parent, _, _ := strings.Cut(request, "/")
-	for _, r := range requests {
-		if r == request || r == parent {
-			return true
-		}
-	}
-	return false
 }
 
 // checkWholeGPUConfig accepts the configs a whole, exclusively used GPU

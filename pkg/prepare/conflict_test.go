@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 )
 
@@ -18,7 +20,7 @@ func TestPhysicalConflict(t *testing.T) {
 		}
 	}
 	share := func(gpu, kind, shareID string) checkpoint.PreparedDevice {
-		return checkpoint.PreparedDevice{Device: gpu + "-" + kind, Kind: kind, GPUUUID: "GPU-" + gpu, ShareID: shareID}
+		return checkpoint.PreparedDevice{Device: gpu + "-" + kind, Kind: vocabulary.Kind(kind), GPUUUID: "GPU-" + gpu, ShareID: shareID}
 	}
 	// Older records lack GPUUUID: the MIG parent still names the GPU.
 	oldMIG := migAt("g0", 4, 2)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -44,20 +46,20 @@ type kindHandler interface {
 }
 
 // kindHandlers are the device kinds this release prepares, by the kind the
-// device model publishes (devicemodel.Published.Type) and the checkpoint
+// device model publishes (devicemodel.Published.Kind) and the checkpoint
 // records (checkpoint.PreparedDevice.Kind). A checkpoint entry with a kind
 // not listed here was written by a newer release and is left untouched
 // (foreignEntry).
-var kindHandlers = map[string]kindHandler{
-	devicemodel.TypeGPU:         gpuHandler{},
-	devicemodel.TypeMIG:         migHandler{},
-	devicemodel.TypeTimeSlicing: shareHandler{want: gpuv1beta1.TimeSlicingStrategy, manager: timeSliceManager{}},
-	devicemodel.TypeMPS:         shareHandler{want: gpuv1beta1.MPSStrategy, manager: mpsManager{}},
+var kindHandlers = map[vocabulary.Kind]kindHandler{
+	vocabulary.KindGPU:       gpuHandler{},
+	vocabulary.KindMIG:       migHandler{},
+	vocabulary.KindTimeSlice: shareHandler{want: gpuv1beta1.TimeSlicingStrategy, manager: timeSliceManager{}},
+	vocabulary.KindMPS:       shareHandler{want: gpuv1beta1.MPSStrategy, manager: mpsManager{}},
 }
 
 // knownKind reports whether this release knows how to prepare and undo a
 // device of the kind.
-func knownKind(kind string) bool {
+func knownKind(kind vocabulary.Kind) bool {
 	_, ok := kindHandlers[kind]
 	return ok
 }
@@ -76,7 +78,7 @@ func handlerOf(pd *checkpoint.PreparedDevice) (kindHandler, error) {
 func plannedDevice(pub *devicemodel.Published, r resourceapi.DeviceRequestAllocationResult, cfg gpuv1beta1.Config) (checkpoint.PreparedDevice, shareInput, error) {
 	pd := checkpoint.PreparedDevice{
 		Request: r.Request, Pool: r.Pool, Device: r.Device,
-		Kind: pub.Type, GPUUUID: pub.GPU.UUID,
+		Kind: pub.Kind, GPUUUID: pub.GPU.UUID,
 	}
 	if r.ShareID != nil {
 		pd.ShareID = string(*r.ShareID)

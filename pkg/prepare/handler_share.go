@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -108,7 +110,7 @@ func (mpsManager) acquire(ctx context.Context, d *Engine, ref sharing.DeviceRef,
 	if d.opts.MPS == nil {
 		return nil, fmt.Errorf("device %s: MPS is not configured on this node", pd.Device)
 	}
-	compute, memory := in.consumed[devicemodel.CapacityCompute], in.consumed[devicemodel.CapacityMemory]
+	compute, memory := in.consumed[vocabulary.CapacityCompute], in.consumed[vocabulary.CapacityMemory]
 	share := sharing.MPSShare{ID: id, Config: in.config.MPSConfig, Capacity: sharing.ShareCapacity{
 		ComputePercent: int(compute.Value()),
 		MemoryBytes:    memory.Value(),

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // The handler table and the device model agree: every kind the model
@@ -17,11 +18,11 @@ import (
 // publishes. A kind added to the model without a handler fails here.
 func TestEveryPublishedKindHasAHandler(t *testing.T) {
 	d := newTestDriver(t, nil)
-	published := map[string]*devicemodel.Published{}
+	published := map[vocabulary.Kind]*devicemodel.Published{}
 	for i := range d.published {
 		p := &d.published[i]
-		if _, ok := published[p.Type]; !ok {
-			published[p.Type] = p
+		if _, ok := published[p.Kind]; !ok {
+			published[p.Kind] = p
 		}
 	}
 	for kind, pub := range published {
@@ -47,7 +48,7 @@ func TestEveryPublishedKindHasAHandler(t *testing.T) {
 func TestUnregisteredKindIsRefused(t *testing.T) {
 	d := newTestDriver(t, nil)
 	vfio := *d.devices["gpu-0"]
-	vfio.Type, vfio.Device.Name = "vfio", "vfio-0"
+	vfio.Kind, vfio.Device.Name = "vfio", "vfio-0"
 	d.devices[vfio.Device.Name] = &vfio
 
 	err := prepareOne(t, d, allocated("passthrough", []string{"vfio-0"}))

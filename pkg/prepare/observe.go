@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,8 +184,8 @@ func kindOf(c checkpoint.PreparedClaim) string {
 	for _, pd := range c.Devices {
 		switch {
 		case kind == "":
-			kind = pd.Kind
-		case kind != pd.Kind:
+			kind = string(pd.Kind)
+		case kind != string(pd.Kind):
 			return telemetry.KindMixed
 		}
 	}
@@ -210,19 +212,19 @@ func (d *Engine) observe(prepare bool, kind string, start time.Time, err error) 
 // the number of GPUs with MPS shares (each has one daemon).
 func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
 	a := telemetry.Allocations{Devices: map[string]int{}}
-	for _, k := range []string{checkpoint.DeviceKindGPU, checkpoint.DeviceKindMIG, checkpoint.DeviceKindTimeSlice, checkpoint.DeviceKindMPS} {
-		a.Devices[k] = 0
+	for _, k := range vocabulary.Kinds() {
+		a.Devices[string(k)] = 0
 	}
 	mpsGPUs := map[string]bool{}
 	for _, c := range claims {
 		for _, pd := range c.Devices {
 			if c.State == checkpoint.PrepareCompleted {
-				a.Devices[pd.Kind]++
+				a.Devices[string(pd.Kind)]++
 			}
 			if pd.MIG != nil && pd.MIG.CreatedByDriver {
 				a.MIGInstances++
 			}
-			if pd.Kind == checkpoint.DeviceKindMPS && pd.GPUUUID != "" {
+			if pd.Kind == vocabulary.KindMPS && pd.GPUUUID != "" {
 				mpsGPUs[pd.GPUUUID] = true
 			}
 		}

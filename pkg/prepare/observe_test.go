@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,11 +70,11 @@ func TestHealthDevices(t *testing.T) {
 	g0 := &discovery.GPU{UUID: "GPU-0", Minor: 0}
 	g1 := &discovery.GPU{UUID: "GPU-1", Minor: 1}
 	published := []devicemodel.Published{
-		{Device: resourceapi.Device{Name: "gpu-0"}, Type: devicemodel.TypeGPU, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-ts"}, Type: devicemodel.TypeTimeSlicing, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-6"}, Type: devicemodel.TypeMIG, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-5"}, Type: devicemodel.TypeMIG, GPU: g0},
-		{Device: resourceapi.Device{Name: "gpu-1-mig-gi2-ci0"}, Type: devicemodel.TypeMIG, GPU: g1,
+		{Device: resourceapi.Device{Name: "gpu-0"}, Kind: vocabulary.KindGPU, GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-0-ts"}, Kind: vocabulary.KindTimeSlice, GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-6"}, Kind: vocabulary.KindMIG, GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-0-mig-1g.10gb-5"}, Kind: vocabulary.KindMIG, GPU: g0},
+		{Device: resourceapi.Device{Name: "gpu-1-mig-gi2-ci0"}, Kind: vocabulary.KindMIG, GPU: g1,
 			StaticMIG: &mig.Instance{GPUUUID: "GPU-1", GIID: 2, CIID: 0}},
 	}
 	prepared := []checkpoint.PreparedClaim{{Devices: []checkpoint.PreparedDevice{
@@ -104,12 +106,12 @@ func TestHealthDevices(t *testing.T) {
 func TestAllocations(t *testing.T) {
 	got := allocations([]checkpoint.PreparedClaim{
 		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-			{Kind: checkpoint.DeviceKindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: true}},
-			{Kind: checkpoint.DeviceKindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: false}},
+			{Kind: vocabulary.KindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: true}},
+			{Kind: vocabulary.KindMIG, GPUUUID: "GPU-0", MIG: &checkpoint.MigInstance{CreatedByDriver: false}},
 		}},
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindMPS, GPUUUID: "GPU-1"}}},
-		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindMPS, GPUUUID: "GPU-1"}}},
-		{State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{{Kind: checkpoint.DeviceKindGPU, GPUUUID: "GPU-2"}}},
+		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindMPS, GPUUUID: "GPU-1"}}},
+		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindMPS, GPUUUID: "GPU-1"}}},
+		{State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindGPU, GPUUUID: "GPU-2"}}},
 	})
 	want := telemetry.Allocations{
 		Devices:      map[string]int{"gpu": 0, "mig": 2, "timeslice": 0, "mps": 2}, // gpu: only started
@@ -125,12 +127,12 @@ func TestAllocations(t *testing.T) {
 
 func TestKindOf(t *testing.T) {
 	for name, tc := range map[string]struct {
-		kinds []string
+		kinds []vocabulary.Kind
 		want  string
 	}{
 		"none":      {nil, ""},
-		"one kind":  {[]string{checkpoint.DeviceKindMIG, checkpoint.DeviceKindMIG}, checkpoint.DeviceKindMIG},
-		"two kinds": {[]string{checkpoint.DeviceKindGPU, checkpoint.DeviceKindMPS}, telemetry.KindMixed},
+		"one kind":  {[]vocabulary.Kind{vocabulary.KindMIG, vocabulary.KindMIG}, string(vocabulary.KindMIG)},
+		"two kinds": {[]vocabulary.Kind{vocabulary.KindGPU, vocabulary.KindMPS}, telemetry.KindMixed},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var c checkpoint.PreparedClaim

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 // errCrash stands in for a kill at a fault point: the hook panics with it
@@ -40,7 +41,7 @@ func crashAt(t *testing.T, point string, f func(hook func(string))) {
 func firstDynamicMIG(t *testing.T, d *Engine, gpu int) string {
 	t.Helper()
 	for _, p := range d.published {
-		if p.Type == devicemodel.TypeMIG && p.GPU.Index == gpu && p.StaticMIG == nil {
+		if p.Kind == vocabulary.KindMIG && p.GPU.Index == gpu && p.StaticMIG == nil {
 			return p.Device.Name
 		}
 	}

@@ -23,10 +23,11 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
-	driverName = "gpu.dra.dev"
+	driverName = vocabulary.DriverName
 	nodeName   = "node-1"
 	machine    = "dgxh100"
 	// startTimeout bounds a restart: a plugin that does not serve by then

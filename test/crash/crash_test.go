@@ -30,10 +30,11 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
-	driverName = "gpu.dra.dev"
+	driverName = vocabulary.DriverName
 	nodeName   = "node-1"
 	machine    = "dgxh100"
 

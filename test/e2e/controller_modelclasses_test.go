@@ -17,7 +17,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/clusternodes"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // fakeNodeLabel marks the simulated nodes (and their slices) of these tests.
@@ -174,8 +174,8 @@ func checkSelectsModel(t *testing.T, ctx context.Context, dc *resourceapi.Device
 			if err != nil {
 				t.Fatalf("class %s on %s/%s: %v", dc.Name, s.Spec.Pool.Name, d.Name, err)
 			}
-			typ, prod := d.Attributes[devicemodel.AttrType].StringValue, d.Attributes[devicemodel.AttrProductName].StringValue
-			if want := ptr.Deref(typ, "") == devicemodel.TypeGPU && ptr.Deref(prod, "") == product; ok != want {
+			typ, prod := d.Attributes[vocabulary.AttrType].StringValue, d.Attributes[vocabulary.AttrProductName].StringValue
+			if want := vocabulary.Kind(ptr.Deref(typ, "")) == vocabulary.KindGPU && ptr.Deref(prod, "") == product; ok != want {
 				t.Errorf("class %s selects %s/%s (%s %s): %v, want %v", dc.Name, s.Spec.Pool.Name, d.Name, ptr.Deref(typ, ""), ptr.Deref(prod, ""), ok, want)
 			}
 			if ok {

@@ -28,9 +28,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
-const driverName = "gpu.dra.dev"
+const driverName = vocabulary.DriverName
 
 // env is the cluster under test.
 var env struct {

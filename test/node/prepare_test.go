@@ -25,10 +25,11 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
-	driverName = "gpu.dra.dev"
+	driverName = vocabulary.DriverName
 	nodeName   = "node-1"
 	machine    = "dgxh100"
 )

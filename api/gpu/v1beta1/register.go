@@ -7,13 +7,12 @@ import (
 )
 
 const (
-	// GroupName is the API group of the opaque parameters.
+	// GroupName is the API group of the opaque parameters. Configs of this
+	// API are addressed to the driver vocabulary.DriverName (pkg/vocabulary),
+	// which is the same name.
 	GroupName = "gpu.dra.dev"
 	// Version is the API version of the types in this package.
 	Version = "v1beta1"
-	// DriverName is the DRA driver name that opaque configs of this API are
-	// addressed to (DeviceClass and ResourceClaim `opaque.driver`).
-	DriverName = GroupName
 
 	// GpuConfigKind is the kind of GpuConfig.
 	GpuConfigKind = "GpuConfig"

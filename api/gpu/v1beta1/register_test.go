@@ -8,7 +8,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
+
+// Opaque configs of this group are addressed to the driver of the same name.
+func TestGroupIsTheDriverName(t *testing.T) {
+	if GroupName != vocabulary.DriverName {
+		t.Errorf("API group %q, driver %q: configs would be addressed to another driver than their group", GroupName, vocabulary.DriverName)
+	}
+}
 
 func TestAddToScheme(t *testing.T) {
 	s := runtime.NewScheme()

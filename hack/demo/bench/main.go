@@ -35,6 +35,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/clusternodes"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
@@ -120,7 +121,7 @@ func (b *bench) namespace(ctx context.Context, name string) error {
 	tmpl := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: name},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.dra.dev"}}},
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: vocabulary.DriverName}}},
 		}}},
 	}
 	_, err := b.client.ResourceV1().ResourceClaimTemplates(name).Create(ctx, tmpl, metav1.CreateOptions{})

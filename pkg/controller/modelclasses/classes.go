@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Labels and annotations of the classes.
@@ -71,8 +71,8 @@ func Products(driverName string, in []*resourceapi.ResourceSlice) []string {
 		}
 		for i := range s.Spec.Devices {
 			attrs := s.Spec.Devices[i].Attributes
-			typ, product := attrs[devicemodel.AttrType], attrs[devicemodel.AttrProductName]
-			if typ.StringValue != nil && *typ.StringValue == devicemodel.TypeGPU &&
+			typ, product := attrs[vocabulary.AttrType], attrs[vocabulary.AttrProductName]
+			if typ.StringValue != nil && vocabulary.Kind(*typ.StringValue) == vocabulary.KindGPU &&
 				product.StringValue != nil && *product.StringValue != "" {
 				set[*product.StringValue] = true
 			}
@@ -91,14 +91,14 @@ func DeviceClasses(driverName string, products []string) []*resourceapi.DeviceCl
 			byName[name] = append(byName[name], p)
 		}
 	}
-	whole := deviceclass.Class{DeviceType: devicemodel.TypeGPU}
+	whole := deviceclass.Class{DeviceType: vocabulary.KindGPU}
 	out := make([]*resourceapi.DeviceClass, 0, len(byName))
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		ps := byName[name]
 		slices.Sort(ps)
 		conds := make([]string, 0, len(ps))
 		for _, p := range ps {
-			conds = append(conds, fmt.Sprintf("device.attributes[%q].%s == %q", driverName, devicemodel.AttrProductName, p))
+			conds = append(conds, fmt.Sprintf("device.attributes[%q].%s == %q", driverName, vocabulary.AttrProductName, p))
 		}
 		productCond := strings.Join(conds, " || ")
 		if len(conds) > 1 {

@@ -18,7 +18,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const driver = "gpu.dra.dev"
@@ -76,8 +76,8 @@ func TestSelectorsMatchTheirModel(t *testing.T) {
 				if err != nil {
 					t.Fatalf("class %s on %s: %v", dc.Name, d.Name, err)
 				}
-				want := *d.Attributes[devicemodel.AttrType].StringValue == devicemodel.TypeGPU &&
-					*d.Attributes[devicemodel.AttrProductName].StringValue == product
+				want := vocabulary.Kind(*d.Attributes[vocabulary.AttrType].StringValue) == vocabulary.KindGPU &&
+					*d.Attributes[vocabulary.AttrProductName].StringValue == product
 				if ok != want {
 					t.Errorf("class %s matches %s/%s: %v, want %v", dc.Name, *s.Spec.NodeName, d.Name, ok, want)
 				}

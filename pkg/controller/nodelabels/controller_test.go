@@ -19,7 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/internal/metricstest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 type env struct {
@@ -159,7 +159,7 @@ func TestControllerFollowsSlices(t *testing.T) {
 	// The node publishes only MIG devices now: a label no longer derived
 	// (memory) goes.
 	e.deleteSlices(t)
-	migOnly := filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) == devicemodel.TypeMIG })
+	migOnly := filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) == vocabulary.KindMIG })
 	e.create(t, "mig", migOnly)
 	want = Labels(driver, migOnly)
 	if _, ok := want[LabelMemory]; ok || want[LabelProduct] != "NVIDIA-H100-80GB-HBM3" {
@@ -170,7 +170,7 @@ func TestControllerFollowsSlices(t *testing.T) {
 	// Other GPUs: the labels follow.
 	e.deleteSlices(t)
 	tsOnly := filterDevices(simnode.New(t, "l4x4", "node-a").Slices(driver), func(d *resourceapi.Device) bool {
-		return deviceType(d) == devicemodel.TypeTimeSlicing
+		return deviceType(d) == vocabulary.KindTimeSlice
 	})
 	e.create(t, "l4", tsOnly)
 	want = Labels(driver, tsOnly)

@@ -15,7 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Labels written as GFD writes them (names and value formats of
@@ -84,7 +84,7 @@ type gpu struct {
 	cudaVersion   string // "12.4.0"
 	memoryBytes   int64  // 0 when no device says
 	migCapable    bool
-	shares        map[string]int64 // device type → shares published
+	shares        map[vocabulary.Kind]int64 // device kind → shares published
 }
 
 // Labels computes the labels for a node from its ResourceSlices of
@@ -130,7 +130,7 @@ func Labels(driverName string, slices []*resourceapi.ResourceSlice) map[string]s
 		if g.migCapable {
 			labels[LabelMIGCapable] = "true"
 		}
-		if g.shares[devicemodel.TypeMPS] > 0 {
+		if g.shares[vocabulary.KindMPS] > 0 {
 			labels[LabelMPSCapable] = "true"
 		}
 	}
@@ -194,42 +194,41 @@ func collect(driverName string, in []*resourceapi.ResourceSlice) []*gpu {
 				}
 				return nil
 			}
-			typ := str(attr(devicemodel.AttrType))
-			uuid := str(attr(devicemodel.AttrUUID))
-			if typ == devicemodel.TypeMIG {
-				uuid = str(attr(devicemodel.AttrParentUUID))
+			typ := vocabulary.Kind(str(attr(vocabulary.AttrType)))
+			uuid := str(attr(vocabulary.AttrUUID))
+			if typ == vocabulary.KindMIG {
+				uuid = str(attr(vocabulary.AttrParentUUID))
 			}
-			if uuid == "" || (typ != devicemodel.TypeGPU && typ != devicemodel.TypeMIG &&
-				typ != devicemodel.TypeTimeSlicing && typ != devicemodel.TypeMPS) {
+			if uuid == "" || !typ.Known() {
 				continue
 			}
 			g := byUUID[uuid]
 			if g == nil {
-				g = &gpu{uuid: uuid, shares: map[string]int64{}}
+				g = &gpu{uuid: uuid, shares: map[vocabulary.Kind]int64{}}
 				byUUID[uuid] = g
 			}
 			if g.product == "" {
-				g.product = str(attr(devicemodel.AttrProductName))
-				g.architecture = str(attr(devicemodel.AttrArchitecture))
-				g.compute = str(attr(devicemodel.AttrCUDAComputeCapability))
-				g.driverVersion = attr(devicemodel.AttrDriverVersion)
-				g.cudaVersion = str(attr(devicemodel.AttrCUDADriverVersion))
+				g.product = str(attr(vocabulary.AttrProductName))
+				g.architecture = str(attr(vocabulary.AttrArchitecture))
+				g.compute = str(attr(vocabulary.AttrCUDAComputeCapability))
+				g.driverVersion = attr(vocabulary.AttrDriverVersion)
+				g.cudaVersion = str(attr(vocabulary.AttrCUDADriverVersion))
 			}
 			switch typ {
-			case devicemodel.TypeGPU:
-				if a := attr(devicemodel.AttrMIGCapable); a != nil && a.BoolValue != nil && *a.BoolValue {
+			case vocabulary.KindGPU:
+				if a := attr(vocabulary.AttrMIGCapable); a != nil && a.BoolValue != nil && *a.BoolValue {
 					g.migCapable = true
 				}
-				if c, ok := d.Capacity[devicemodel.CapacityMemory]; ok {
+				if c, ok := d.Capacity[vocabulary.CapacityMemory]; ok {
 					g.memoryBytes = c.Value.Value()
 				}
-			case devicemodel.TypeMIG:
+			case vocabulary.KindMIG:
 				g.migCapable = true
-			case devicemodel.TypeTimeSlicing, devicemodel.TypeMPS:
-				if c, ok := d.Capacity[devicemodel.CapacityShares]; ok {
+			case vocabulary.KindTimeSlice, vocabulary.KindMPS:
+				if c, ok := d.Capacity[vocabulary.CapacityShares]; ok {
 					g.shares[typ] = c.Value.Value()
 				}
-				if c, ok := d.Capacity[devicemodel.CapacityMemory]; ok && g.memoryBytes == 0 {
+				if c, ok := d.Capacity[vocabulary.CapacityMemory]; ok && g.memoryBytes == 0 {
 					g.memoryBytes = c.Value.Value()
 				}
 			}
@@ -293,8 +292,11 @@ func minMemory(gpus []*gpu) int64 {
 // per GPU, and replicas are the fewest shares a GPU of the model offers
 // under it (1 without sharing).
 func sharing(model []*gpu) (string, int64) {
-	for _, s := range []struct{ typ, strategy string }{
-		{devicemodel.TypeMPS, SharingMPS}, {devicemodel.TypeTimeSlicing, SharingTimeSlicing},
+	for _, s := range []struct {
+		typ      vocabulary.Kind
+		strategy string
+	}{
+		{vocabulary.KindMPS, SharingMPS}, {vocabulary.KindTimeSlice, SharingTimeSlicing},
 	} {
 		var replicas int64
 		for _, g := range model {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const driver = "gpu.dra.dev"
@@ -81,12 +81,12 @@ func filterDevices(in []*resourceapi.ResourceSlice, keep func(*resourceapi.Devic
 	return out
 }
 
-func deviceType(d *resourceapi.Device) string {
-	return *d.Attributes[devicemodel.AttrType].StringValue
+func deviceType(d *resourceapi.Device) vocabulary.Kind {
+	return vocabulary.Kind(*d.Attributes[vocabulary.AttrType].StringValue)
 }
 
 func minorOf(d *resourceapi.Device) int64 {
-	for _, name := range []resourceapi.QualifiedName{devicemodel.AttrMinor, devicemodel.AttrParentMinor} {
+	for _, name := range []resourceapi.QualifiedName{vocabulary.AttrMinor, vocabulary.AttrParentMinor} {
 		if a, ok := d.Attributes[name]; ok {
 			return *a.IntValue
 		}
@@ -105,25 +105,25 @@ func TestLabelsFollowPublishedDevices(t *testing.T) {
 		gone   []string          // labels that are absent
 	}{
 		"no whole GPUs: count and memory from the shares": {
-			slices: filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) != devicemodel.TypeGPU }),
+			slices: filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) != vocabulary.KindGPU }),
 			want:   map[string]string{},
 		},
 		"time-slicing only": {
-			slices: filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) != devicemodel.TypeMPS }),
+			slices: filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) != vocabulary.KindMPS }),
 			want: map[string]string{
 				"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/mps.capable": "false",
 			},
 		},
 		"no shares": {
 			slices: filterDevices(h100, func(d *resourceapi.Device) bool {
-				return deviceType(d) != devicemodel.TypeMPS && deviceType(d) != devicemodel.TypeTimeSlicing
+				return deviceType(d) != vocabulary.KindMPS && deviceType(d) != vocabulary.KindTimeSlice
 			}),
 			want: map[string]string{
 				"nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.replicas": "1", "nvidia.com/mps.capable": "false",
 			},
 		},
 		"MIG devices only: no memory label": {
-			slices: filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) == devicemodel.TypeMIG }),
+			slices: filterDevices(h100, func(d *resourceapi.Device) bool { return deviceType(d) == vocabulary.KindMIG }),
 			want: map[string]string{
 				"nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.replicas": "1", "nvidia.com/mps.capable": "false",
 			},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Options configure NewCommand.
@@ -59,7 +60,7 @@ with one list per resource type.`,
 	cmd.SetErr(opts.Streams.ErrOut)
 	flags := cmd.PersistentFlags()
 	config.AddFlags(flags)
-	flags.StringVar(&run.Driver, "driver", kubectlgpu.DefaultDriver, "DRA driver name whose ResourceSlices to show")
+	flags.StringVar(&run.Driver, "driver", vocabulary.DriverName, "DRA driver name whose ResourceSlices to show")
 	flags.StringVarP(&run.Output, "output", "o", "", "Output format: wide, json or yaml (default: a table)")
 
 	cmd.AddCommand(&cobra.Command{

@@ -1,0 +1,70 @@
+package vocabulary
+
+import "fmt"
+
+// DriverName is the DRA driver name: the ResourceSlices' driver, the
+// whole-GPU DeviceClass, the domain of the attributes and capacities below,
+// and the driver opaque configs are addressed to.
+const DriverName = "gpu.dra.dev"
+
+// Attribute names, unqualified: the API puts them in the driver's domain
+// (device.attributes["gpu.dra.dev"].productName in CEL). Untyped, so that
+// they key resourceapi.QualifiedName maps without this package importing
+// the resource API.
+const (
+	AttrType                  = "type" // a Kind
+	AttrUUID                  = "uuid"
+	AttrIndex                 = "index"
+	AttrMinor                 = "minor"
+	AttrProductName           = "productName"
+	AttrBrand                 = "brand"
+	AttrArchitecture          = "architecture"
+	AttrCUDAComputeCapability = "cudaComputeCapability"
+	AttrDriverVersion         = "driverVersion"
+	AttrCUDADriverVersion     = "cudaDriverVersion"
+	AttrMIGCapable            = "migCapable"
+	AttrMIGEnabled            = "migEnabled"
+	AttrNVLinkDomain          = "nvlinkDomain"
+	AttrProfile               = "profile"
+	AttrParentUUID            = "parentUUID"
+	AttrParentMinor           = "parentMinor"
+	AttrPlacementStart        = "placementStart"
+	AttrStatic                = "static"
+
+	// Standard attributes shared with other drivers on the same node
+	// (k8s.io/dynamic-resource-allocation/deviceattribute; a test checks
+	// they are its names).
+	AttrPCIBusID = "resource.kubernetes.io/pciBusID"
+	AttrPCIeRoot = "resource.kubernetes.io/pcieRoot"
+	AttrNUMANode = "resource.kubernetes.io/numaNode"
+)
+
+// Capacity names, unqualified like the attributes.
+const (
+	CapacityMemory          = "memory"
+	CapacityMultiprocessors = "multiprocessors"
+	CapacityCopyEngines     = "copyEngines"
+	CapacityDecoders        = "decoders"
+	CapacityEncoders        = "encoders"
+	CapacityJPEGEngines     = "jpegEngines"
+	CapacityOFAEngines      = "ofaEngines"
+
+	// CapacityShares counts the claims sharing a GPU (the device plugin's
+	// "replicas"); a share takes 1 unless it asks for more.
+	CapacityShares = "shares"
+	// CapacityCompute is a share's part of the GPU's compute, in percent.
+	CapacityCompute = "compute"
+)
+
+// Counter names in a GPU's counter set. Besides these, one counter per MIG
+// memory slice (MemorySliceCounter) encodes MIG placement.
+const (
+	CounterComputeSlices = "compute-slices"
+	CounterDecoders      = "decoders"
+	CounterEncoders      = "encoders"
+	CounterJPEGEngines   = "jpeg-engines"
+	CounterOFAEngines    = "ofa-engines"
+)
+
+// MemorySliceCounter names the counter of memory slice i of a GPU.
+func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
