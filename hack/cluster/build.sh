@@ -33,7 +33,7 @@ for arg in "$@"; do
 		exit 0
 		;;
 	-h | --help)
-		gdd_usage
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0
 		;;
 	*) gdd_die "unknown argument $arg (see --help)" ;;

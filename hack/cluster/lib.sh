@@ -12,7 +12,10 @@ GDD_CONTAINERD_VERSION=v2.4.2
 GDD_CACHE_ROOT=${GPU_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-dra-driver}
 
 # gdd_cache_key hashes everything that decides the cached binaries: both tool
-# modules' go.sum and the build script itself.
+# modules' go.sum and the build script itself. Any edit of build.sh, even a
+# comment, means a cold build (~26 min on 2 cores) on every machine: keep
+# helpers it could share in this file (not hashed) and edit it only for a
+# build change. (Its --help stays a copy of gdd_usage for that reason.)
 gdd_cache_key() {
 	cat "$GDD_TOOLS_DIR/go.sum" "$GDD_TOOLS_DIR/helm/go.sum" "$GDD_REPO_ROOT/hack/cluster/build.sh" |
 		sha256sum | cut -c1-12
