@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 )
 
 // maxSocketPath is the longest unix socket path Linux accepts (108 bytes
@@ -70,7 +71,7 @@ type MPSOptions struct {
 // the last one. It is safe for concurrent use.
 type MPSManager struct {
 	opts  MPSOptions
-	locks *keyedMutex
+	locks keyedmutex.Mutex
 }
 
 // mpsState is a device's state file.
@@ -132,7 +133,7 @@ func NewMPSManager(opts MPSOptions) (*MPSManager, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("MPS: create directory: %w", err)
 	}
-	return &MPSManager{opts: opts, locks: newKeyedMutex()}, nil
+	return &MPSManager{opts: opts}, nil
 }
 
 func (m *MPSManager) paths(uuid string) devicePaths {
@@ -179,7 +180,7 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	ctx = klog.NewContext(ctx, logger)
 	res := &Result{Strategy: gpuv1beta1.MPSStrategy, UUID: dev.UUID, PipeDir: host.pipe, Edits: edits}
 
-	unlock := m.locks.lock(dev.UUID)
+	unlock := m.locks.Lock(dev.UUID)
 	defer unlock()
 	p := m.paths(dev.UUID)
 	var st mpsState
@@ -321,7 +322,7 @@ func (m *MPSManager) Release(ctx context.Context, dev DeviceRef, shareID string)
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", shareID)
 	ctx = klog.NewContext(ctx, logger)
-	unlock := m.locks.lock(dev.UUID)
+	unlock := m.locks.Lock(dev.UUID)
 	defer unlock()
 	p := m.paths(dev.UUID)
 	var st mpsState
@@ -483,7 +484,7 @@ func (m *MPSManager) FinishTeardowns(ctx context.Context) error {
 }
 
 func (m *MPSManager) finishTeardown(ctx context.Context, uuid string) error {
-	unlock := m.locks.lock(uuid)
+	unlock := m.locks.Lock(uuid)
 	defer unlock()
 	p := m.paths(uuid)
 	var st mpsState
@@ -514,7 +515,7 @@ func (m *MPSManager) devicesInUse() []string {
 func (m *MPSManager) reconcileDevice(ctx context.Context, uuid string, live []string) error {
 	logger := klog.FromContext(ctx).WithValues("device", uuid)
 	ctx = klog.NewContext(ctx, logger)
-	unlock := m.locks.lock(uuid)
+	unlock := m.locks.Lock(uuid)
 	defer unlock()
 	p := m.paths(uuid)
 	var st mpsState

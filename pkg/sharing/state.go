@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/atomicfile"
 )
@@ -74,30 +73,6 @@ func liveShares(live []ShareRef) (map[string][]string, map[string]DeviceRef) {
 		devices[s.Device.UUID] = s.Device
 	}
 	return ids, devices
-}
-
-// keyedMutex serializes work per device UUID while work on other devices
-// runs in parallel.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-}
-
-func newKeyedMutex() *keyedMutex {
-	return &keyedMutex{locks: map[string]*sync.Mutex{}}
-}
-
-// lock locks key and returns the unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	m, ok := k.locks[key]
-	if !ok {
-		m = &sync.Mutex{}
-		k.locks[key] = m
-	}
-	k.mu.Unlock()
-	m.Lock()
-	return m.Unlock
 }
 
 // intersect returns the elements of the sorted set a that are in the sorted

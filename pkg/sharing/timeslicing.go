@@ -14,6 +14,7 @@ import (
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/atomicfile"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 )
 
 // TimeSlicingOptions configure a TimeSlicingManager.
@@ -35,7 +36,7 @@ type TimeSlicingOptions struct {
 // safe for concurrent use.
 type TimeSlicingManager struct {
 	opts  TimeSlicingOptions
-	locks *keyedMutex
+	locks keyedmutex.Mutex
 }
 
 // tsState is a time-sliced GPU's state file.
@@ -74,7 +75,7 @@ func NewTimeSlicingManager(opts TimeSlicingOptions) (*TimeSlicingManager, error)
 	if err := removeTemps(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("time-slicing: %w", err)
 	}
-	return &TimeSlicingManager{opts: opts, locks: newKeyedMutex()}, nil
+	return &TimeSlicingManager{opts: opts}, nil
 }
 
 func (m *TimeSlicingManager) statePath(uuid string) string {
@@ -108,7 +109,7 @@ func (m *TimeSlicingManager) Acquire(ctx context.Context, gpu DeviceRef, shareID
 		return res, nil
 	}
 
-	unlock := m.locks.lock(gpu.UUID)
+	unlock := m.locks.Lock(gpu.UUID)
 	defer unlock()
 	path := m.statePath(gpu.UUID)
 	var st tsState
@@ -225,7 +226,7 @@ func (m *TimeSlicingManager) Release(ctx context.Context, gpu DeviceRef, shareID
 	if gpu.IsMIG() {
 		return nil
 	}
-	unlock := m.locks.lock(gpu.UUID)
+	unlock := m.locks.Lock(gpu.UUID)
 	defer unlock()
 	path := m.statePath(gpu.UUID)
 	var st tsState
@@ -328,7 +329,7 @@ func (m *TimeSlicingManager) Reconcile(ctx context.Context, live []ShareRef) err
 }
 
 func (m *TimeSlicingManager) reconcileGPU(ctx context.Context, uuid string, live []string) error {
-	unlock := m.locks.lock(uuid)
+	unlock := m.locks.Lock(uuid)
 	defer unlock()
 	var st tsState
 	found, err := readState(m.statePath(uuid), &st)
