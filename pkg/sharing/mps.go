@@ -388,50 +388,23 @@ func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 	logger := klog.FromContext(ctx)
 	ids, devices := liveShares(live)
-	entries, err := os.ReadDir(m.opts.Dir)
-	if err != nil {
-		return fmt.Errorf("MPS: list %s: %w", m.opts.Dir, err)
-	}
-	known := map[string]bool{}
-	var errs []error
-	for _, e := range entries {
+	known, errs, err := reconcileEntries(m.opts.Dir, func(e fs.DirEntry) (string, error) {
 		if !e.IsDir() {
-			continue
+			return "", nil
 		}
 		p := pathsIn(filepath.Join(m.opts.Dir, e.Name()))
 		var peek mpsState
 		found, err := readState(p.state, &peek)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return "", err
 		}
 		if !found || e.Name() != dirName(peek.UUID) {
-			// No device in use: only logs should be left. Stop a daemon
-			// that runs without state (it cannot be restored).
-			if _, err := os.Stat(p.pipe); err == nil {
-				logger.Info("Removing MPS pipe directory without state", "dir", p.pipe)
-				if err := m.stopDaemon(ctx, p, 0); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				if err := os.RemoveAll(p.pipe); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if err := removeShm(p); err != nil {
-				errs = append(errs, err)
-			}
-			if found {
-				if err := os.Remove(p.state); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			continue
+			return "", m.removeStateless(ctx, p, found)
 		}
-		known[peek.UUID] = true
-		if err := m.reconcileDevice(ctx, peek.UUID, ids[peek.UUID]); err != nil {
-			errs = append(errs, err)
-		}
+		return peek.UUID, m.reconcileDevice(ctx, peek.UUID, ids[peek.UUID])
+	})
+	if err != nil {
+		return fmt.Errorf("MPS: %w", err)
 	}
 	for uuid, shares := range ids {
 		if known[uuid] {
@@ -453,6 +426,31 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 	}
 	if pruner, ok := m.opts.Launcher.(DaemonPruner); ok {
 		if err := pruner.Prune(ctx, m.devicesInUse()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeStateless cleans up a directory without a device in use (no state,
+// or the state of another device): only logs should be left. A daemon that
+// runs without state is stopped, as it cannot be restored.
+func (m *MPSManager) removeStateless(ctx context.Context, p devicePaths, hasState bool) error {
+	var errs []error
+	if _, err := os.Stat(p.pipe); err == nil {
+		klog.FromContext(ctx).Info("Removing MPS pipe directory without state", "dir", p.pipe)
+		if err := m.stopDaemon(ctx, p, 0); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(p.pipe); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeShm(p); err != nil {
+		errs = append(errs, err)
+	}
+	if hasState {
+		if err := os.Remove(p.state); err != nil {
 			errs = append(errs, err)
 		}
 	}

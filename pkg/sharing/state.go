@@ -75,6 +75,30 @@ func liveShares(live []ShareRef) (map[string][]string, map[string]DeviceRef) {
 	return ids, devices
 }
 
+// reconcileEntries is the walk both managers' Reconcile make over their
+// state directory after a restart: visit brings one entry in line with the
+// live shares and returns the device UUID whose state the entry holds (""
+// when it holds none, or none that could be read). Errors of one entry do
+// not stop the walk; they are joined in errs. known is nil and err set only
+// when dir cannot be listed.
+func reconcileEntries(dir string, visit func(fs.DirEntry) (uuid string, err error)) (known map[string]bool, errs []error, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	known = map[string]bool{}
+	for _, e := range entries {
+		uuid, err := visit(e)
+		if uuid != "" {
+			known[uuid] = true
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return known, errs, nil
+}
+
 // intersect returns the elements of the sorted set a that are in the sorted
 // set b.
 func intersect(a, b []string) []string {

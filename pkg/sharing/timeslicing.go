@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -300,25 +301,18 @@ func (m *TimeSlicingManager) restore(ctx context.Context, st *tsState) error {
 func (m *TimeSlicingManager) Reconcile(ctx context.Context, live []ShareRef) error {
 	logger := klog.FromContext(ctx)
 	ids, _ := liveShares(live)
-	entries, err := os.ReadDir(m.opts.StateDir)
-	if err != nil {
-		return fmt.Errorf("time-slicing: list state: %w", err)
-	}
-	known := map[string]bool{}
-	var errs []error
-	for _, e := range entries {
+	known, errs, err := reconcileEntries(m.opts.StateDir, func(e fs.DirEntry) (string, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || atomicfile.IsTemp(e.Name()) {
-			continue
+			return "", nil
 		}
 		var peek tsState
 		if _, err := readState(filepath.Join(m.opts.StateDir, e.Name()), &peek); err != nil {
-			errs = append(errs, err)
-			continue
+			return "", err
 		}
-		known[peek.UUID] = true
-		if err := m.reconcileGPU(ctx, peek.UUID, ids[peek.UUID]); err != nil {
-			errs = append(errs, err)
-		}
+		return peek.UUID, m.reconcileGPU(ctx, peek.UUID, ids[peek.UUID])
+	})
+	if err != nil {
+		return fmt.Errorf("time-slicing: %w", err)
 	}
 	for uuid := range ids {
 		if !known[uuid] && !strings.HasPrefix(uuid, "MIG-") {
