@@ -88,14 +88,16 @@ type ClaimDevice struct {
 	Annotations map[string]string
 }
 
-// Mount is a bind mount of a host path into the container.
+// Mount is a bind mount of a host path into a container: a CDI device's
+// (ClaimDevice.Mounts), a share's container edits (pkg/sharing, recorded in
+// its state as JSON) and an MPS daemon pod's (pkg/mpspod) alike.
 type Mount struct {
 	// HostPath is an absolute path on the host (not below the driver root).
-	HostPath string
+	HostPath string `json:"hostPath"`
 	// ContainerPath is the absolute path in the container.
-	ContainerPath string
+	ContainerPath string `json:"containerPath"`
 	// ReadOnly makes the mount read-only.
-	ReadOnly bool
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // Mount options. nosuid and nodev apply to every mount: nothing injected

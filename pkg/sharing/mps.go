@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 )
 
@@ -174,7 +175,7 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 		edits.Mounts[i].ReadOnly = edits.Mounts[i].HostPath == host.pipe
 	}
 	if m.opts.ShmSize > 0 {
-		edits.Mounts = append(edits.Mounts, Mount{HostPath: host.shm, ContainerPath: containerShmDir})
+		edits.Mounts = append(edits.Mounts, cdi.Mount{HostPath: host.shm, ContainerPath: containerShmDir})
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", share.ID)
 	ctx = klog.NewContext(ctx, logger)
