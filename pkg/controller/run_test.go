@@ -85,6 +85,22 @@ func localListener(t *testing.T) net.Listener {
 	return ln
 }
 
+// start runs the controller until the test ends, then checks that it
+// stopped cleanly.
+func start(t *testing.T, cfg *Config) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
+}
+
 // TestRun runs the whole controller against a fake API server: the
 // webhook over HTTPS with the self-managed CA, health, metrics, and the
 // leader's node labels and DeviceClasses.
@@ -104,15 +120,7 @@ func TestRun(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := start(t, cfg)
 
 	httpURL := "http://" + httpLn.Addr().String()
 	poll(t, "ready", func() bool { code, _ := get(httpURL + "/readyz"); return code == http.StatusOK })
@@ -370,15 +378,7 @@ func TestHealthEndpoints(t *testing.T) {
 	cfg := defaults(t, "--tls-cert-file="+dir+"/tls.crt", "--tls-key-file="+dir+"/tls.key", "--leader-elect=false", "--node-labels=false")
 	cfg.KubeClient = fake.NewClientset()
 	cfg.WebhookListener, cfg.HTTPListener = localListener(t), localListener(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	start(t, cfg)
 	base := "http://" + cfg.HTTPListener.Addr().String()
 	poll(t, "health server", func() bool { code, _ := get(base + "/livez"); return code == http.StatusOK })
 	for _, tc := range []struct {
