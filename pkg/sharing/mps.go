@@ -388,8 +388,7 @@ func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 // once at start-up, before serving prepare calls.
 func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 	logger := klog.FromContext(ctx)
-	ids, devices := liveShares(live)
-	known, errs, err := reconcileEntries(m.opts.Dir, func(e fs.DirEntry) (string, error) {
+	errs, err := reconcileDir(m.opts.Dir, live, func(e fs.DirEntry, ids map[string][]string) (string, error) {
 		if !e.IsDir() {
 			return "", nil
 		}
@@ -403,27 +402,22 @@ func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 			return "", m.removeStateless(ctx, p, found)
 		}
 		return peek.UUID, m.reconcileDevice(ctx, peek.UUID, ids[peek.UUID])
-	})
-	if err != nil {
-		return fmt.Errorf("MPS: %w", err)
-	}
-	for uuid, shares := range ids {
-		if known[uuid] {
-			continue
-		}
+	}, func(dev DeviceRef, shares []string) error {
 		// The state is lost: start a daemon without defaults, so that the
 		// shares' containers (which carry their own limits) work.
-		dev := devices[uuid]
 		for _, id := range shares {
 			res, err := m.Acquire(ctx, dev, MPSShare{ID: id})
 			if err != nil {
-				errs = append(errs, err)
-				break
+				return err
 			}
 			for _, w := range res.Warnings {
-				logger.Info("MPS share adopted without state", "device", uuid, "warning", w)
+				logger.Info("MPS share adopted without state", "device", dev.UUID, "warning", w)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("MPS: %w", err)
 	}
 	if pruner, ok := m.opts.Launcher.(DaemonPruner); ok {
 		if err := pruner.Prune(ctx, m.devicesInUse()); err != nil {

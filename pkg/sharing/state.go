@@ -75,20 +75,26 @@ func liveShares(live []ShareRef) (map[string][]string, map[string]DeviceRef) {
 	return ids, devices
 }
 
-// reconcileEntries is the walk both managers' Reconcile make over their
-// state directory after a restart: visit brings one entry in line with the
-// live shares and returns the device UUID whose state the entry holds (""
-// when it holds none, or none that could be read). Errors of one entry do
-// not stop the walk; they are joined in errs. known is nil and err set only
-// when dir cannot be listed.
-func reconcileEntries(dir string, visit func(fs.DirEntry) (uuid string, err error)) (known map[string]bool, errs []error, err error) {
+// reconcileDir is the reconcile both managers make over their state
+// directory after a restart. visit brings one entry in line with the live
+// shares (ids: share IDs by device UUID) and returns the device UUID whose
+// state the entry holds ("" when it holds none, or none that could be
+// read); then stateless is called for each device that has live shares but
+// no state. Errors of one entry or device do not stop the others; they are
+// returned in errs. err is set, and nothing done, when dir cannot be
+// listed.
+func reconcileDir(dir string, live []ShareRef,
+	visit func(e fs.DirEntry, ids map[string][]string) (uuid string, err error),
+	stateless func(dev DeviceRef, shares []string) error,
+) (errs []error, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
+		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	known = map[string]bool{}
+	ids, devices := liveShares(live)
+	known := map[string]bool{}
 	for _, e := range entries {
-		uuid, err := visit(e)
+		uuid, err := visit(e, ids)
 		if uuid != "" {
 			known[uuid] = true
 		}
@@ -96,7 +102,15 @@ func reconcileEntries(dir string, visit func(fs.DirEntry) (uuid string, err erro
 			errs = append(errs, err)
 		}
 	}
-	return known, errs, nil
+	for uuid, shares := range ids {
+		if known[uuid] {
+			continue
+		}
+		if err := stateless(devices[uuid], shares); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs, nil
 }
 
 // intersect returns the elements of the sorted set a that are in the sorted

@@ -299,9 +299,7 @@ func (m *TimeSlicingManager) restore(ctx context.Context, st *tsState) error {
 // without shares are restored. Call it once at start-up, before serving
 // prepare calls.
 func (m *TimeSlicingManager) Reconcile(ctx context.Context, live []ShareRef) error {
-	logger := klog.FromContext(ctx)
-	ids, _ := liveShares(live)
-	known, errs, err := reconcileEntries(m.opts.StateDir, func(e fs.DirEntry) (string, error) {
+	errs, err := reconcileDir(m.opts.StateDir, live, func(e fs.DirEntry, ids map[string][]string) (string, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || atomicfile.IsTemp(e.Name()) {
 			return "", nil
 		}
@@ -310,14 +308,14 @@ func (m *TimeSlicingManager) Reconcile(ctx context.Context, live []ShareRef) err
 			return "", err
 		}
 		return peek.UUID, m.reconcileGPU(ctx, peek.UUID, ids[peek.UUID])
+	}, func(dev DeviceRef, _ []string) error {
+		if !strings.HasPrefix(dev.UUID, "MIG-") {
+			klog.FromContext(ctx).Info("Time-sliced GPU has no sharing state; its settings are left as they are", "device", dev.UUID)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("time-slicing: %w", err)
-	}
-	for uuid := range ids {
-		if !known[uuid] && !strings.HasPrefix(uuid, "MIG-") {
-			logger.Info("Time-sliced GPU has no sharing state; its settings are left as they are", "device", uuid)
-		}
 	}
 	return errors.Join(errs...)
 }
