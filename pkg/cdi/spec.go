@@ -65,15 +65,8 @@ type ClaimDevice struct {
 	// name; a device allocated more than once (consumable capacity) adds its
 	// share ID.
 	Name string
-	// Request, Pool, Device and ShareID are the allocation result; Kind is
-	// the checkpoint's device kind. They are recorded as annotations.
-	Request string
-	Pool    string
-	Device  string
-	ShareID string
-	Kind    string
-	// UUIDs are the NVIDIA UUIDs of what the container gets (GPU-… or MIG-…).
-	UUIDs []string
+	// DeviceRecord is recorded in the spec's annotations.
+	DeviceRecord
 	// DeviceNodes are the device's own nodes, as paths below the driver root,
 	// which are also their paths in the container: /dev/nvidia3, MIG
 	// capability nodes under /dev/nvidia-caps.
@@ -86,6 +79,21 @@ type ClaimDevice struct {
 	// Annotations are extra annotations for this device. The keys set by
 	// this package take precedence.
 	Annotations map[string]string
+}
+
+// DeviceRecord is what a claim spec records of each device in its
+// annotations, so that a lost checkpoint can be rebuilt from the specs
+// (ClaimSpecDevice).
+type DeviceRecord struct {
+	// Request, Pool, Device and ShareID are the allocation result; Kind is
+	// the checkpoint's device kind.
+	Request string
+	Pool    string
+	Device  string
+	ShareID string
+	Kind    string
+	// UUIDs are the NVIDIA UUIDs of what the container gets (GPU-… or MIG-…).
+	UUIDs []string
 }
 
 // Mount is a bind mount of a host path into a container: a CDI device's
