@@ -67,15 +67,8 @@ type ClaimDevice struct {
 	// name; a device allocated more than once (consumable capacity) adds its
 	// share ID.
 	Name string
-	// Request, Pool, Device and ShareID are the allocation result; Kind is
-	// the checkpoint's device kind. They are recorded as annotations.
-	Request string
-	Pool    string
-	Device  string
-	ShareID string
-	Kind    vocabulary.Kind
-	// UUIDs are the NVIDIA UUIDs of what the container gets (GPU-… or MIG-…).
-	UUIDs []string
+	// DeviceRecord is recorded in the spec's annotations.
+	DeviceRecord
 	// DeviceNodes are the device's own nodes, as paths below the driver root,
 	// which are also their paths in the container: /dev/nvidia3, MIG
 	// capability nodes under /dev/nvidia-caps.
@@ -90,14 +83,31 @@ type ClaimDevice struct {
 	Annotations map[string]string
 }
 
-// Mount is a bind mount of a host path into the container.
+// DeviceRecord is what a claim spec records of each device in its
+// annotations, so that a lost checkpoint can be rebuilt from the specs
+// (ClaimSpecDevice).
+type DeviceRecord struct {
+	// Request, Pool, Device and ShareID are the allocation result; Kind is
+	// the checkpoint's device kind.
+	Request string
+	Pool    string
+	Device  string
+	ShareID string
+	Kind    vocabulary.Kind
+	// UUIDs are the NVIDIA UUIDs of what the container gets (GPU-… or MIG-…).
+	UUIDs []string
+}
+
+// Mount is a bind mount of a host path into a container: a CDI device's
+// (ClaimDevice.Mounts), a share's container edits (pkg/sharing, recorded in
+// its state as JSON) and an MPS daemon pod's (pkg/mpspod) alike.
 type Mount struct {
 	// HostPath is an absolute path on the host (not below the driver root).
-	HostPath string
+	HostPath string `json:"hostPath"`
 	// ContainerPath is the absolute path in the container.
-	ContainerPath string
+	ContainerPath string `json:"containerPath"`
 	// ReadOnly makes the mount read-only.
-	ReadOnly bool
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // Mount options. nosuid and nodev apply to every mount: nothing injected

@@ -57,13 +57,8 @@ type ClaimSpecDevice struct {
 	// ID is the fully qualified CDI device ID.
 	ID string
 	// Name is the device's name within the claim (ClaimDevice.Name).
-	Name    string
-	Request string
-	Pool    string
-	Device  string
-	ShareID string
-	Kind    vocabulary.Kind
-	UUIDs   []string
+	Name string
+	DeviceRecord
 	// Annotations are all of the device's annotations, including the ones
 	// above and those from ClaimDevice.Annotations.
 	Annotations map[string]string
@@ -238,13 +233,15 @@ func readClaimSpec(specPath string, uid types.UID) (ClaimSpecInfo, bool) {
 	for _, d := range spec.Devices {
 		a := d.Annotations
 		dev := ClaimSpecDevice{
-			ID:          cdiparser.QualifiedName(Vendor, Class, d.Name),
-			Name:        strings.TrimPrefix(d.Name, prefix),
-			Request:     a[AnnotationRequest],
-			Pool:        a[AnnotationPool],
-			Device:      a[AnnotationDevice],
-			ShareID:     a[AnnotationShareID],
-			Kind:        vocabulary.Kind(a[AnnotationKind]),
+			ID:   cdiparser.QualifiedName(Vendor, Class, d.Name),
+			Name: strings.TrimPrefix(d.Name, prefix),
+			DeviceRecord: DeviceRecord{
+				Request: a[AnnotationRequest],
+				Pool:    a[AnnotationPool],
+				Device:  a[AnnotationDevice],
+				ShareID: a[AnnotationShareID],
+				Kind:    vocabulary.Kind(a[AnnotationKind]),
+			},
 			Annotations: a,
 		}
 		if u := a[AnnotationUUIDs]; u != "" {

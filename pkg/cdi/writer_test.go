@@ -30,22 +30,26 @@ var testClaim = ClaimInfo{UID: testClaimUID, Namespace: "ml", Name: "train-gpus"
 func testDevices() []ClaimDevice {
 	return []ClaimDevice{
 		{
-			Name:        "gpu-0",
-			Request:     "gpus",
-			Pool:        "node-a",
-			Device:      "gpu-0",
-			Kind:        "gpu",
-			UUIDs:       []string{"GPU-aaaa"},
+			Name: "gpu-0",
+			DeviceRecord: DeviceRecord{
+				Request: "gpus",
+				Pool:    "node-a",
+				Device:  "gpu-0",
+				Kind:    "gpu",
+				UUIDs:   []string{"GPU-aaaa"},
+			},
 			DeviceNodes: []string{"/dev/nvidia0"},
 		},
 		{
-			Name:        "gpu-1-mig-1g10gb-21",
-			Request:     "mig",
-			Pool:        "node-a",
-			Device:      "gpu-1-mig-1g10gb-21",
-			ShareID:     "share-7",
-			Kind:        "mig",
-			UUIDs:       []string{"MIG-bbbb"},
+			Name: "gpu-1-mig-1g10gb-21",
+			DeviceRecord: DeviceRecord{
+				Request: "mig",
+				Pool:    "node-a",
+				Device:  "gpu-1-mig-1g10gb-21",
+				ShareID: "share-7",
+				Kind:    "mig",
+				UUIDs:   []string{"MIG-bbbb"},
+			},
 			DeviceNodes: []string{"/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap21"},
 			Env:         []string{"CUDA_MPS_PIPE_DIRECTORY=/run/mps"},
 			Mounts:      []Mount{{HostPath: "/var/lib/gpu-dra/mps/x", ContainerPath: "/run/mps"}},
@@ -300,16 +304,20 @@ func TestListClaimSpecs(t *testing.T) {
 	devs := testDevices()
 	want := []ClaimSpecDevice{
 		{
-			ID:      "k8s.gpu.dra.dev/gpu=" + string(testClaimUID) + "-gpu-0",
-			Name:    "gpu-0",
-			Request: "gpus", Pool: "node-a", Device: "gpu-0", Kind: "gpu",
-			UUIDs: []string{"GPU-aaaa"},
+			ID:   "k8s.gpu.dra.dev/gpu=" + string(testClaimUID) + "-gpu-0",
+			Name: "gpu-0",
+			DeviceRecord: DeviceRecord{
+				Request: "gpus", Pool: "node-a", Device: "gpu-0", Kind: "gpu",
+				UUIDs: []string{"GPU-aaaa"},
+			},
 		},
 		{
-			ID:      "k8s.gpu.dra.dev/gpu=" + string(testClaimUID) + "-" + devs[1].Name,
-			Name:    devs[1].Name,
-			Request: "mig", Pool: "node-a", Device: devs[1].Device, ShareID: "share-7", Kind: "mig",
-			UUIDs: []string{"MIG-bbbb"},
+			ID:   "k8s.gpu.dra.dev/gpu=" + string(testClaimUID) + "-" + devs[1].Name,
+			Name: devs[1].Name,
+			DeviceRecord: DeviceRecord{
+				Request: "mig", Pool: "node-a", Device: devs[1].Device, ShareID: "share-7", Kind: "mig",
+				UUIDs: []string{"MIG-bbbb"},
+			},
 		},
 	}
 	if diff := gocmp.Diff(want, got.Devices, cmpIgnoreAnnotations); diff != "" {

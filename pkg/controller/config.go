@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -29,9 +30,8 @@ type Config struct {
 	// Secret: the controller's own namespace.
 	Namespace string
 
-	Kubeconfig   string
-	KubeAPIQPS   float32
-	KubeAPIBurst int
+	// The API client's --kubeconfig, --kube-api-qps and --kube-api-burst.
+	kubeclient.Options
 
 	// HTTPAddress serves /healthz, /readyz and /metrics over plain HTTP.
 	HTTPAddress string
@@ -108,9 +108,7 @@ type LeaderElectionConfig struct {
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DriverName, "driver-name", vocabulary.DriverName, "DRA driver name: opaque configs with this driver are validated, its ResourceSlices labelled.")
 	fs.StringVar(&c.Namespace, "namespace", "", "Namespace of the controller (leader election Lease, self-managed TLS Secret); set it from the downward API (metadata.namespace).")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
-	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 20, "API client QPS.")
-	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 50, "API client burst.")
+	c.Options.AddFlags(fs, 20, 50, "API client QPS.")
 	fs.StringVar(&c.HTTPAddress, "http-address", ":8080", "Address for /healthz, /readyz and /metrics (plain HTTP).")
 
 	fs.BoolVar(&c.Webhook.Enabled, "webhook", true, "Serve the validating admission webhook (every replica serves it; no leader election needed).")

@@ -12,14 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	k8smetrics "k8s.io/component-base/metrics"
@@ -79,23 +80,34 @@ func Run(ctx context.Context, cfg *Config) error {
 		m = globalMetrics()
 	}
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The components: the first to fail stops the others (its error is
+	// the group context's cause). Every return, early ones too, stops
+	// them, drains the servers and waits for them.
+	group, ctx := errgroup.WithContext(ctx)
+	var servers []*http.Server
+	defer func() {
+		cancel(nil)
+		shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		defer done()
+		for _, srv := range servers {
+			_ = srv.Shutdown(shutdownCtx)
+		}
+		_ = group.Wait()
+	}()
 	goRun := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		group.Go(func() error {
 			if err := fn(ctx); err != nil {
-				cancel(fmt.Errorf("%s: %w", name, err))
+				return fmt.Errorf("%s: %w", name, err)
 			}
-		}()
+			return nil
+		})
 	}
 
-	healthz, readyz := &checks{}, &checks{}
-	healthz.add("ping", func(*http.Request) error { return nil })
+	// Health checks, served as kube-apiserver serves its own.
+	liveChecks := []healthz.HealthChecker{healthz.PingHealthz}
+	var readyChecks []healthz.HealthChecker
 
 	// The webhook: every replica serves it, from the start.
-	var servers []*http.Server
 	if cfg.Webhook.Enabled {
 		source, err := certSource(client, cfg, m)
 		if err != nil {
@@ -121,13 +133,14 @@ func Run(ctx context.Context, cfg *Config) error {
 			return fmt.Errorf("webhook: %w", err)
 		}
 		var serving atomic.Bool
-		readyz.add("webhook-certificate", func(*http.Request) error { return source.Ready() })
-		readyz.add("webhook-server", func(*http.Request) error {
-			if !serving.Load() {
-				return errors.New("not serving")
-			}
-			return nil
-		})
+		readyChecks = append(readyChecks,
+			healthz.NamedCheck("webhook-certificate", func(*http.Request) error { return source.Ready() }),
+			healthz.NamedCheck("webhook-server", func(*http.Request) error {
+				if !serving.Load() {
+					return errors.New("not serving")
+				}
+				return nil
+			}))
 		servers = append(servers, srv)
 		logger.Info("Serving admission webhook", "address", ln.Addr().String(), "path", webhook.Path,
 			"selfManagedTLS", cfg.Webhook.SelfManagedTLS())
@@ -156,7 +169,7 @@ func Run(ctx context.Context, cfg *Config) error {
 			if err != nil {
 				return err
 			}
-			healthz.add("leader-election", func(r *http.Request) error { return adaptor.Check(r) })
+			liveChecks = append(liveChecks, healthz.NamedCheck("leader-election", adaptor.Check))
 			goRun("leader election", func(ctx context.Context) error { le.Run(ctx); return nil })
 		} else {
 			goRun("controllers", func(ctx context.Context) error { return runControllers(ctx, client, cfg, m) })
@@ -166,14 +179,13 @@ func Run(ctx context.Context, cfg *Config) error {
 	// Health and metrics.
 	if cfg.HTTPAddress != "" || cfg.HTTPListener != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/healthz", healthz)
-		mux.Handle("/livez", healthz)
-		mux.Handle("/readyz", readyz)
+		healthz.InstallHandler(mux, liveChecks...)
+		healthz.InstallLivezHandler(mux, liveChecks...)
+		healthz.InstallReadyzHandler(mux, readyChecks...)
 		mux.Handle("/metrics", legacyregistry.Handler())
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		ln, err := listen(cfg.HTTPListener, cfg.HTTPAddress)
 		if err != nil {
-			cancel(nil)
 			return fmt.Errorf("health and metrics: %w", err)
 		}
 		servers = append(servers, srv)
@@ -193,11 +205,6 @@ func Run(ctx context.Context, cfg *Config) error {
 	} else {
 		logger.Info("Stopping", "cause", cause)
 	}
-	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer done()
-	for _, srv := range servers {
-		_ = srv.Shutdown(shutdownCtx)
-	}
 	if parent.Err() != nil {
 		return nil
 	}
@@ -208,31 +215,7 @@ func clients(cfg *Config) (kubernetes.Interface, error) {
 	if cfg.KubeClient != nil {
 		return cfg.KubeClient, nil
 	}
-	restConfig := cfg.RestConfig
-	if restConfig == nil {
-		var err error
-		if cfg.Kubeconfig != "" {
-			restConfig, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		} else {
-			restConfig, err = rest.InClusterConfig()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("API client configuration: %w", err)
-		}
-	}
-	restConfig = rest.CopyConfig(restConfig)
-	if cfg.KubeAPIQPS > 0 {
-		restConfig.QPS = cfg.KubeAPIQPS
-	}
-	if cfg.KubeAPIBurst > 0 {
-		restConfig.Burst = cfg.KubeAPIBurst
-	}
-	restConfig.UserAgent = userAgent
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, fmt.Errorf("API client: %w", err)
-	}
-	return client, nil
+	return cfg.Options.New(cfg.RestConfig, userAgent)
 }
 
 func certSource(client kubernetes.Interface, cfg *Config, m *metrics.Metrics) (certs.Source, error) {
@@ -309,8 +292,8 @@ func leaderElector(client kubernetes.Interface, cfg *Config, lead func(context.C
 // (started only on the leader) until ctx is done.
 func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Config, m *metrics.Metrics) error {
 	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// The first controller to fail stops the others and the informers.
+	group, ctx := errgroup.WithContext(ctx)
 	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, cfg.DriverName).String()
@@ -348,21 +331,14 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 	}
 	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses)
 
-	var wg sync.WaitGroup
 	for _, fn := range run {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(ctx); err != nil {
-				cancel(err)
-			}
-		}()
+		group.Go(func() error { return fn(ctx) })
 	}
-	wg.Wait()
+	err := group.Wait()
 	for _, f := range factories {
 		f.Shutdown()
 	}
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil

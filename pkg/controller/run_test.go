@@ -85,6 +85,22 @@ func localListener(t *testing.T) net.Listener {
 	return ln
 }
 
+// start runs the controller until the test ends, then checks that it
+// stopped cleanly.
+func start(t *testing.T, cfg *Config) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
+}
+
 // TestRun runs the whole controller against a fake API server: the
 // webhook over HTTPS with the self-managed CA, health, metrics, and the
 // leader's node labels and DeviceClasses.
@@ -104,15 +120,7 @@ func TestRun(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := start(t, cfg)
 
 	httpURL := "http://" + httpLn.Addr().String()
 	poll(t, "ready", func() bool { code, _ := get(httpURL + "/readyz"); return code == http.StatusOK })
@@ -324,5 +332,83 @@ func poll(t *testing.T, what string, cond func() bool) {
 		func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestRunReturnsWhenAServerCannotListen: a server that cannot listen ends
+// Run with its error, in bounded time, after the components already
+// started (the webhook's certificate source, the controllers) stopped.
+func TestRunReturnsWhenAServerCannotListen(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"webhook": {args: []string{"--webhook-address=127.0.0.1:-1"}, wantErr: "webhook"},
+		"health":  {args: []string{"--http-address=127.0.0.1:-1"}, wantErr: "health and metrics"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := defaults(t, append([]string{"--namespace=gpu-dra", "--leader-elect=false"}, tc.args...)...)
+			cfg.KubeClient = fake.NewClientset()
+			// The server that can listen does so on a port of its own.
+			if cfg.HTTPAddress != "127.0.0.1:-1" {
+				cfg.HTTPListener = localListener(t)
+			} else {
+				cfg.WebhookListener = localListener(t)
+			}
+			done := make(chan error, 1)
+			go func() { done <- Run(context.Background(), cfg) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one about %q", err, tc.wantErr)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Run did not return")
+			}
+		})
+	}
+}
+
+// TestHealthEndpoints: until the webhook certificate is loaded, /readyz
+// fails and names the failing check, while /healthz and /livez pass; the
+// checks are listed with ?verbose and each has its own path.
+func TestHealthEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	cfg := defaults(t, "--tls-cert-file="+dir+"/tls.crt", "--tls-key-file="+dir+"/tls.key", "--leader-elect=false", "--node-labels=false")
+	cfg.KubeClient = fake.NewClientset()
+	cfg.WebhookListener, cfg.HTTPListener = localListener(t), localListener(t)
+	start(t, cfg)
+	base := "http://" + cfg.HTTPListener.Addr().String()
+	poll(t, "health server", func() bool { code, _ := get(base + "/livez"); return code == http.StatusOK })
+	for _, tc := range []struct {
+		path     string
+		wantCode int
+		want     []string
+	}{
+		{"/readyz", http.StatusInternalServerError, []string{"[-]webhook-certificate failed", "[+]webhook-server ok"}},
+		{"/readyz/webhook-certificate", http.StatusInternalServerError, nil},
+		{"/readyz/webhook-server", http.StatusOK, []string{"ok"}},
+		{"/healthz", http.StatusOK, []string{"ok"}},
+		{"/livez?verbose", http.StatusOK, []string{"[+]ping ok"}},
+	} {
+		var code int
+		var body string
+		matches := func() bool {
+			code, body = get(base + tc.path)
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					return false
+				}
+			}
+			return code == tc.wantCode
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for !matches() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d %q, want %d with %q", tc.path, code, body, tc.wantCode, tc.want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }

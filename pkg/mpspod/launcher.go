@@ -27,19 +27,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
 
 // Component is the app.kubernetes.io/component label of daemon pods.
 const Component = "mps-control-daemon"
-
-// Mount is a host directory the daemon needs at the path the plugin uses,
-// e.g. the driver root with the control program and its libraries.
-type Mount struct {
-	HostPath, Path string
-	// ReadOnly mounts it read-only, e.g. the driver root.
-	ReadOnly bool
-}
 
 // Options configure a Launcher.
 type Options struct {
@@ -65,7 +58,7 @@ type Options struct {
 	ServiceAccountName string
 	// Mounts are bind-mounted into the daemon container besides its pipe
 	// and log directories.
-	Mounts []Mount
+	Mounts []cdi.Mount
 }
 
 // Launcher implements sharing.DaemonLauncher with pods.
@@ -221,10 +214,10 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 		// The control daemon starts nvidia-cuda-mps-server from its PATH.
 		env = append(env, corev1.EnvVar{Name: "PATH", Value: filepath.Dir(d.Binary) + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
 	}
-	mounts := append([]Mount{{HostPath: d.HostPipeDir, Path: d.PipeDir}, {HostPath: d.HostLogDir, Path: d.LogDir}}, l.opts.Mounts...)
+	mounts := append([]cdi.Mount{{HostPath: d.HostPipeDir, ContainerPath: d.PipeDir}, {HostPath: d.HostLogDir, ContainerPath: d.LogDir}}, l.opts.Mounts...)
 	if d.HostShmDir != "" {
 		// The tmpfs the daemon's clients see at /dev/shm too.
-		mounts = append(mounts, Mount{HostPath: d.HostShmDir, Path: "/dev/shm"})
+		mounts = append(mounts, cdi.Mount{HostPath: d.HostShmDir, ContainerPath: "/dev/shm"})
 	}
 	var volumes []corev1.Volume
 	var volumeMounts []corev1.VolumeMount
@@ -235,7 +228,7 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 		}})
 		// No mount propagation: a daemon starts when the driver already
 		// answers NVML, and propagation needs a shared host mount.
-		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Path, ReadOnly: m.ReadOnly})
+		volumeMounts = append(volumeMounts, corev1.VolumeMount{Name: name, MountPath: m.ContainerPath, ReadOnly: m.ReadOnly})
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

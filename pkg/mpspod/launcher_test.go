@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/podkubelet"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/mpscontrol"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
@@ -99,7 +100,7 @@ func (r *rig) manager() *sharing.MPSManager {
 	l, err := New(Options{
 		Client: r.client, Namespace: namespace, NodeName: node, DriverName: "gpu.dra.dev",
 		Image: "registry.example/gpu-dra-driver:v1", Owner: owner, PriorityClassName: "system-node-critical",
-		Mounts: []Mount{{HostPath: "/run/nvidia/driver", Path: "/driver-root"}},
+		Mounts: []cdi.Mount{{HostPath: "/run/nvidia/driver", ContainerPath: "/driver-root"}},
 	})
 	if err != nil {
 		r.t.Fatal(err)
@@ -226,7 +227,7 @@ func TestDaemonPodSharesShm(t *testing.T) {
 	if err := unix.Statfs(shm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 		t.Errorf("%s is not a tmpfs (%v)", shm, err)
 	}
-	if !slices.ContainsFunc(res.Edits.Mounts, func(mt sharing.Mount) bool { return mt.HostPath == shm && mt.ContainerPath == "/dev/shm" }) {
+	if !slices.ContainsFunc(res.Edits.Mounts, func(mt cdi.Mount) bool { return mt.HostPath == shm && mt.ContainerPath == "/dev/shm" }) {
 		t.Errorf("client edits %+v do not mount %s at /dev/shm", res.Edits.Mounts, shm)
 	}
 	pod := r.pods()[0]

@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod/mpspodtest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
 )
@@ -52,11 +53,11 @@ const (
 func TestDaemonPodPolicy(t *testing.T) {
 	for name, tc := range map[string]struct {
 		values     []string
-		driverRoot Mount
+		driverRoot cdi.Mount
 		control    string
 	}{
 		"host driver": {
-			driverRoot: Mount{HostPath: "/run/nvidia/driver", Path: "/driver-root", ReadOnly: true},
+			driverRoot: cdi.Mount{HostPath: "/run/nvidia/driver", ContainerPath: "/driver-root", ReadOnly: true},
 			control:    "/driver-root/usr/bin/nvidia-cuda-mps-control",
 		},
 		"simulated": {
@@ -69,7 +70,7 @@ func TestDaemonPodPolicy(t *testing.T) {
 			dataDir := filepath.Join(kubeletDir, "plugins/gpu.dra.dev")
 			if tc.driverRoot.HostPath == "" {
 				root := filepath.Join(dataDir, "simulated-dgxh100/driver-root")
-				tc.driverRoot = Mount{HostPath: root, Path: root, ReadOnly: true}
+				tc.driverRoot = cdi.Mount{HostPath: root, ContainerPath: root, ReadOnly: true}
 			}
 			policy := chartPolicy(t, append([]string{"--set", "kubeletDir=" + kubeletDir}, tc.values...)...)
 			validator := compilePolicy(t, policy)
@@ -298,13 +299,13 @@ func admit(t *testing.T, p *policy, op admission.Operation, pod *corev1.Pod, u u
 // launcherPod is the pod the launcher creates for the daemon a real
 // MPSManager asks for, with the plugin's options as pkg/nodeplugin sets them from
 // the chart's arguments.
-func launcherPod(t *testing.T, mpsDir, control string, driverRoot Mount) *corev1.Pod {
+func launcherPod(t *testing.T, mpsDir, control string, driverRoot cdi.Mount) *corev1.Pod {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	l, err := New(Options{
 		Client: fake.NewClientset(), Namespace: namespace, NodeName: node, DriverName: "gpu.dra.dev",
 		Image: chartImage, Owner: owner, PriorityClassName: "system-node-critical", ServiceAccountName: daemonSA,
-		Mounts: []Mount{driverRoot},
+		Mounts: []cdi.Mount{driverRoot},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +313,7 @@ func launcherPod(t *testing.T, mpsDir, control string, driverRoot Mount) *corev1
 	capture := &capturingLauncher{Launcher: l}
 	m, err := sharing.NewMPSManager(sharing.MPSOptions{
 		Dir: mpsDir, ControlBinary: control, ComputeModes: noComputeModes{}, Launcher: capture, ShmSize: 1 << 20,
-		Env: []string{"LD_LIBRARY_PATH=" + filepath.Join(driverRoot.Path, "usr/lib/x86_64-linux-gnu")},
+		Env: []string{"LD_LIBRARY_PATH=" + filepath.Join(driverRoot.ContainerPath, "usr/lib/x86_64-linux-gnu")},
 	})
 	if err != nil {
 		t.Fatal(err)

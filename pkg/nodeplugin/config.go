@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -26,9 +27,8 @@ type Config struct {
 	DriverName string
 	NodeName   string
 
-	Kubeconfig   string
-	KubeAPIQPS   float32
-	KubeAPIBurst int
+	// The API client's --kubeconfig, --kube-api-qps and --kube-api-burst.
+	kubeclient.Options
 
 	// PluginDataDir holds the plugin's socket, checkpoint and, in
 	// simulation, the simulated machine's state.
@@ -112,9 +112,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.AddHardwareFlags(fs)
 	fs.StringVar(&c.DriverName, "driver-name", vocabulary.DriverName, "DRA driver name published in ResourceSlices and used for the kubelet registration.")
 	fs.StringVar(&c.NodeName, "node-name", "", "Name of the node this plugin runs on; names the resource pool.")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
-	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "API client QPS. The kubelet helper GETs each claim on prepare through this client; client-go's default of 5 makes each prepare wait ~200 ms.")
-	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "API client burst.")
+	c.Options.AddFlags(fs, 50, 100, "API client QPS. The kubelet helper GETs each claim on prepare through this client; client-go's default of 5 makes each prepare wait ~200 ms.")
 	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", vocabulary.DriverName), "Directory for the plugin socket, checkpoint and simulation state.")
 	fs.StringVar(&c.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for transient CDI specs, read by the container runtime.")

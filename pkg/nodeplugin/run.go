@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -214,16 +213,5 @@ func kubeClient(cfg *Config) (kubernetes.Interface, error) {
 	if cfg.KubeClient != nil {
 		return cfg.KubeClient, nil
 	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %q: %w", cfg.Kubeconfig, err)
-	}
-	restConfig.QPS = cfg.KubeAPIQPS
-	restConfig.Burst = cfg.KubeAPIBurst
-	restConfig.UserAgent = "dra-kubelet-plugin/" + cfg.DriverName
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, fmt.Errorf("create API client: %w", err)
-	}
-	return client, nil
+	return cfg.Options.New(nil, "dra-kubelet-plugin/"+cfg.DriverName)
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
@@ -76,7 +77,7 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 	}
 	if hw.driverRoot != "/" {
 		// The control program and its libraries, where the plugin sees them.
-		opts.Mounts = append(opts.Mounts, mpspod.Mount{HostPath: hw.hostDriverRoot, Path: hw.driverRoot, ReadOnly: true})
+		opts.Mounts = append(opts.Mounts, cdi.Mount{HostPath: hw.hostDriverRoot, ContainerPath: hw.driverRoot, ReadOnly: true})
 	}
 	klog.FromContext(ctx).Info("MPS control daemons run as pods", "namespace", cfg.PodNamespace, "image", cfg.MPSDaemonImage, "owner", owner.Kind+"/"+owner.Name, "control", control)
 	return mpspod.New(opts)

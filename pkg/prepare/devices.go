@@ -52,10 +52,10 @@ func (d *Engine) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	if !ok && len(pd.DeviceNodes) == 0 {
 		return cdi.ClaimDevice{}, fmt.Errorf("device %s is no longer present on this node", pd.Device)
 	}
-	cd := cdi.ClaimDevice{
-		Name: pd.Device, Request: pd.Request, Pool: pd.Pool, Device: pd.Device,
+	cd := cdi.ClaimDevice{Name: pd.Device, DeviceRecord: cdi.DeviceRecord{
+		Request: pd.Request, Pool: pd.Pool, Device: pd.Device,
 		ShareID: pd.ShareID, Kind: pd.Kind, UUIDs: pd.UUIDs,
-	}
+	}}
 	if ok {
 		cd.DeviceNodes = []string{pub.GPU.DeviceNode()}
 	} else {
@@ -69,9 +69,7 @@ func (d *Engine) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 		return cd, err
 	}
 	cd.Env = edits.Env
-	for _, m := range edits.Mounts {
-		cd.Mounts = append(cd.Mounts, cdi.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, ReadOnly: m.ReadOnly})
-	}
+	cd.Mounts = append(cd.Mounts, edits.Mounts...)
 	// Kept in the spec so a lost checkpoint can be rebuilt with what
 	// unprepare and the sharing managers need: the physical GPU (also when
 	// it is lost at the next start), the sharing record (a share's daemon

@@ -1,42 +1,12 @@
 package prepare
 
-import (
-	"slices"
-	"sync"
-)
+import "github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 
-// keyedMutex hands out one mutex per key (a physical GPU), so work on
-// different GPUs runs in parallel while work on one GPU is serialized.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-}
+// keyedMutex is the engine's lock per physical GPU (pkg/keyedmutex), so
+// work on different GPUs runs in parallel while work on one GPU is
+// serialized; lock takes several GPUs in an order that rules out deadlocks.
+type keyedMutex struct{ keyedmutex.Mutex }
 
-func newKeyedMutex() *keyedMutex {
-	return &keyedMutex{locks: map[string]*sync.Mutex{}}
-}
+func newKeyedMutex() *keyedMutex { return &keyedMutex{} }
 
-// lock takes the mutexes of all keys in sorted order, which rules out
-// deadlocks between claims spanning several GPUs, and returns the unlock.
-func (k *keyedMutex) lock(keys ...string) func() {
-	keys = slices.Clone(keys)
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	held := make([]*sync.Mutex, 0, len(keys))
-	for _, key := range keys {
-		k.mu.Lock()
-		m, ok := k.locks[key]
-		if !ok {
-			m = &sync.Mutex{}
-			k.locks[key] = m
-		}
-		k.mu.Unlock()
-		m.Lock()
-		held = append(held, m)
-	}
-	return func() {
-		for i := len(held) - 1; i >= 0; i-- {
-			held[i].Unlock()
-		}
-	}
-}
+func (k *keyedMutex) lock(keys ...string) func() { return k.Lock(keys...) }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 )
 
 // ErrNotSupported marks a setting the device or driver does not support: a
@@ -111,17 +112,7 @@ type ContainerEdits struct {
 	// Env are "NAME=value" variables.
 	Env []string `json:"env,omitempty"`
 	// Mounts are bind mounts.
-	Mounts []Mount `json:"mounts,omitempty"`
-}
-
-// Mount is a bind mount of a host path into a container.
-type Mount struct {
-	// HostPath is an absolute path on the host.
-	HostPath string `json:"hostPath"`
-	// ContainerPath is the absolute path in the container.
-	ContainerPath string `json:"containerPath"`
-	// ReadOnly makes the mount read-only.
-	ReadOnly bool `json:"readOnly,omitempty"`
+	Mounts []cdi.Mount `json:"mounts,omitempty"`
 }
 
 // warnf records a warning in the result and logs it.

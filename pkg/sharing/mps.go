@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 )
 
 // maxSocketPath is the longest unix socket path Linux accepts (108 bytes
@@ -70,7 +72,7 @@ type MPSOptions struct {
 // the last one. It is safe for concurrent use.
 type MPSManager struct {
 	opts  MPSOptions
-	locks *keyedMutex
+	locks keyedmutex.Mutex
 }
 
 // mpsState is a device's state file.
@@ -132,7 +134,7 @@ func NewMPSManager(opts MPSOptions) (*MPSManager, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("MPS: create directory: %w", err)
 	}
-	return &MPSManager{opts: opts, locks: newKeyedMutex()}, nil
+	return &MPSManager{opts: opts}, nil
 }
 
 func (m *MPSManager) paths(uuid string) devicePaths {
@@ -173,13 +175,13 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 		edits.Mounts[i].ReadOnly = edits.Mounts[i].HostPath == host.pipe
 	}
 	if m.opts.ShmSize > 0 {
-		edits.Mounts = append(edits.Mounts, Mount{HostPath: host.shm, ContainerPath: containerShmDir})
+		edits.Mounts = append(edits.Mounts, cdi.Mount{HostPath: host.shm, ContainerPath: containerShmDir})
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", share.ID)
 	ctx = klog.NewContext(ctx, logger)
 	res := &Result{Strategy: gpuv1beta1.MPSStrategy, UUID: dev.UUID, PipeDir: host.pipe, Edits: edits}
 
-	unlock := m.locks.lock(dev.UUID)
+	unlock := m.locks.Lock(dev.UUID)
 	defer unlock()
 	p := m.paths(dev.UUID)
 	var st mpsState
@@ -321,7 +323,7 @@ func (m *MPSManager) Release(ctx context.Context, dev DeviceRef, shareID string)
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", shareID)
 	ctx = klog.NewContext(ctx, logger)
-	unlock := m.locks.lock(dev.UUID)
+	unlock := m.locks.Lock(dev.UUID)
 	defer unlock()
 	p := m.paths(dev.UUID)
 	var st mpsState
@@ -386,72 +388,64 @@ func (m *MPSManager) teardown(ctx context.Context, st *mpsState) error {
 // once at start-up, before serving prepare calls.
 func (m *MPSManager) Reconcile(ctx context.Context, live []ShareRef) error {
 	logger := klog.FromContext(ctx)
-	ids, devices := liveShares(live)
-	entries, err := os.ReadDir(m.opts.Dir)
-	if err != nil {
-		return fmt.Errorf("MPS: list %s: %w", m.opts.Dir, err)
-	}
-	known := map[string]bool{}
-	var errs []error
-	for _, e := range entries {
+	errs, err := reconcileDir(m.opts.Dir, live, func(e fs.DirEntry, ids map[string][]string) (string, error) {
 		if !e.IsDir() {
-			continue
+			return "", nil
 		}
 		p := pathsIn(filepath.Join(m.opts.Dir, e.Name()))
 		var peek mpsState
 		found, err := readState(p.state, &peek)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return "", err
 		}
 		if !found || e.Name() != dirName(peek.UUID) {
-			// No device in use: only logs should be left. Stop a daemon
-			// that runs without state (it cannot be restored).
-			if _, err := os.Stat(p.pipe); err == nil {
-				logger.Info("Removing MPS pipe directory without state", "dir", p.pipe)
-				if err := m.stopDaemon(ctx, p, 0); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				if err := os.RemoveAll(p.pipe); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if err := removeShm(p); err != nil {
-				errs = append(errs, err)
-			}
-			if found {
-				if err := os.Remove(p.state); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			continue
+			return "", m.removeStateless(ctx, p, found)
 		}
-		known[peek.UUID] = true
-		if err := m.reconcileDevice(ctx, peek.UUID, ids[peek.UUID]); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for uuid, shares := range ids {
-		if known[uuid] {
-			continue
-		}
+		return peek.UUID, m.reconcileDevice(ctx, peek.UUID, ids[peek.UUID])
+	}, func(dev DeviceRef, shares []string) error {
 		// The state is lost: start a daemon without defaults, so that the
 		// shares' containers (which carry their own limits) work.
-		dev := devices[uuid]
 		for _, id := range shares {
 			res, err := m.Acquire(ctx, dev, MPSShare{ID: id})
 			if err != nil {
-				errs = append(errs, err)
-				break
+				return err
 			}
 			for _, w := range res.Warnings {
-				logger.Info("MPS share adopted without state", "device", uuid, "warning", w)
+				logger.Info("MPS share adopted without state", "device", dev.UUID, "warning", w)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("MPS: %w", err)
 	}
 	if pruner, ok := m.opts.Launcher.(DaemonPruner); ok {
 		if err := pruner.Prune(ctx, m.devicesInUse()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeStateless cleans up a directory without a device in use (no state,
+// or the state of another device): only logs should be left. A daemon that
+// runs without state is stopped, as it cannot be restored.
+func (m *MPSManager) removeStateless(ctx context.Context, p devicePaths, hasState bool) error {
+	var errs []error
+	if _, err := os.Stat(p.pipe); err == nil {
+		klog.FromContext(ctx).Info("Removing MPS pipe directory without state", "dir", p.pipe)
+		if err := m.stopDaemon(ctx, p, 0); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(p.pipe); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeShm(p); err != nil {
+		errs = append(errs, err)
+	}
+	if hasState {
+		if err := os.Remove(p.state); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -483,7 +477,7 @@ func (m *MPSManager) FinishTeardowns(ctx context.Context) error {
 }
 
 func (m *MPSManager) finishTeardown(ctx context.Context, uuid string) error {
-	unlock := m.locks.lock(uuid)
+	unlock := m.locks.Lock(uuid)
 	defer unlock()
 	p := m.paths(uuid)
 	var st mpsState
@@ -514,7 +508,7 @@ func (m *MPSManager) devicesInUse() []string {
 func (m *MPSManager) reconcileDevice(ctx context.Context, uuid string, live []string) error {
 	logger := klog.FromContext(ctx).WithValues("device", uuid)
 	ctx = klog.NewContext(ctx, logger)
-	unlock := m.locks.lock(uuid)
+	unlock := m.locks.Lock(uuid)
 	defer unlock()
 	p := m.paths(uuid)
 	var st mpsState

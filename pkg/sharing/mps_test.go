@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/mpscontrol"
 )
@@ -266,7 +267,7 @@ func TestMPSLifecycle(t *testing.T) {
 			// Read-only: clients connect to sockets there but must not
 			// replace what the plugin and daemon trust (the pid file, the
 			// control socket).
-			Mounts: []Mount{{HostPath: pipeDir, ContainerPath: "/tmp/nvidia-mps", ReadOnly: true}},
+			Mounts: []cdi.Mount{{HostPath: pipeDir, ContainerPath: "/tmp/nvidia-mps", ReadOnly: true}},
 		},
 	}
 	if diff := cmp.Diff(want, res); diff != "" {
@@ -473,7 +474,7 @@ func TestMPSEdits(t *testing.T) {
 			if diff := cmp.Diff(tc.wantEnv, edits.Env); diff != "" {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]Mount{{HostPath: "/host/pipe", ContainerPath: "/tmp/nvidia-mps"}}, edits.Mounts); diff != "" {
+			if diff := cmp.Diff([]cdi.Mount{{HostPath: "/host/pipe", ContainerPath: "/tmp/nvidia-mps"}}, edits.Mounts); diff != "" {
 				t.Errorf("mounts (-want +got):\n%s", diff)
 			}
 			settings, err := daemonSettings(tc.dev, tc.share)

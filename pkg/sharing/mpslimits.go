@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 )
 
 // DefaultContainerPipeDir is where a share's containers see the MPS pipe
@@ -192,6 +193,6 @@ func clientEdits(dev DeviceRef, share MPSShare, hostPipeDir, containerPipeDir st
 	}
 	return ContainerEdits{
 		Env:    env,
-		Mounts: []Mount{{HostPath: hostPipeDir, ContainerPath: containerPipeDir}},
+		Mounts: []cdi.Mount{{HostPath: hostPipeDir, ContainerPath: containerPipeDir}},
 	}, nil
 }

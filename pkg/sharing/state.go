@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/atomicfile"
 )
@@ -76,28 +75,42 @@ func liveShares(live []ShareRef) (map[string][]string, map[string]DeviceRef) {
 	return ids, devices
 }
 
-// keyedMutex serializes work per device UUID while work on other devices
-// runs in parallel.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-}
-
-func newKeyedMutex() *keyedMutex {
-	return &keyedMutex{locks: map[string]*sync.Mutex{}}
-}
-
-// lock locks key and returns the unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	m, ok := k.locks[key]
-	if !ok {
-		m = &sync.Mutex{}
-		k.locks[key] = m
+// reconcileDir is the reconcile both managers make over their state
+// directory after a restart. visit brings one entry in line with the live
+// shares (ids: share IDs by device UUID) and returns the device UUID whose
+// state the entry holds ("" when it holds none, or none that could be
+// read); then stateless is called for each device that has live shares but
+// no state. Errors of one entry or device do not stop the others; they are
+// returned in errs. err is set, and nothing done, when dir cannot be
+// listed.
+func reconcileDir(dir string, live []ShareRef,
+	visit func(e fs.DirEntry, ids map[string][]string) (uuid string, err error),
+	stateless func(dev DeviceRef, shares []string) error,
+) (errs []error, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	k.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	ids, devices := liveShares(live)
+	known := map[string]bool{}
+	for _, e := range entries {
+		uuid, err := visit(e, ids)
+		if uuid != "" {
+			known[uuid] = true
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for uuid, shares := range ids {
+		if known[uuid] {
+			continue
+		}
+		if err := stateless(devices[uuid], shares); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs, nil
 }
 
 // intersect returns the elements of the sorted set a that are in the sorted

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/atomicfile"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 )
 
 // TimeSlicingOptions configure a TimeSlicingManager.
@@ -35,7 +37,7 @@ type TimeSlicingOptions struct {
 // safe for concurrent use.
 type TimeSlicingManager struct {
 	opts  TimeSlicingOptions
-	locks *keyedMutex
+	locks keyedmutex.Mutex
 }
 
 // tsState is a time-sliced GPU's state file.
@@ -74,7 +76,7 @@ func NewTimeSlicingManager(opts TimeSlicingOptions) (*TimeSlicingManager, error)
 	if err := removeTemps(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("time-slicing: %w", err)
 	}
-	return &TimeSlicingManager{opts: opts, locks: newKeyedMutex()}, nil
+	return &TimeSlicingManager{opts: opts}, nil
 }
 
 func (m *TimeSlicingManager) statePath(uuid string) string {
@@ -108,7 +110,7 @@ func (m *TimeSlicingManager) Acquire(ctx context.Context, gpu DeviceRef, shareID
 		return res, nil
 	}
 
-	unlock := m.locks.lock(gpu.UUID)
+	unlock := m.locks.Lock(gpu.UUID)
 	defer unlock()
 	path := m.statePath(gpu.UUID)
 	var st tsState
@@ -225,7 +227,7 @@ func (m *TimeSlicingManager) Release(ctx context.Context, gpu DeviceRef, shareID
 	if gpu.IsMIG() {
 		return nil
 	}
-	unlock := m.locks.lock(gpu.UUID)
+	unlock := m.locks.Lock(gpu.UUID)
 	defer unlock()
 	path := m.statePath(gpu.UUID)
 	var st tsState
@@ -297,38 +299,29 @@ func (m *TimeSlicingManager) restore(ctx context.Context, st *tsState) error {
 // without shares are restored. Call it once at start-up, before serving
 // prepare calls.
 func (m *TimeSlicingManager) Reconcile(ctx context.Context, live []ShareRef) error {
-	logger := klog.FromContext(ctx)
-	ids, _ := liveShares(live)
-	entries, err := os.ReadDir(m.opts.StateDir)
-	if err != nil {
-		return fmt.Errorf("time-slicing: list state: %w", err)
-	}
-	known := map[string]bool{}
-	var errs []error
-	for _, e := range entries {
+	errs, err := reconcileDir(m.opts.StateDir, live, func(e fs.DirEntry, ids map[string][]string) (string, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || atomicfile.IsTemp(e.Name()) {
-			continue
+			return "", nil
 		}
 		var peek tsState
 		if _, err := readState(filepath.Join(m.opts.StateDir, e.Name()), &peek); err != nil {
-			errs = append(errs, err)
-			continue
+			return "", err
 		}
-		known[peek.UUID] = true
-		if err := m.reconcileGPU(ctx, peek.UUID, ids[peek.UUID]); err != nil {
-			errs = append(errs, err)
+		return peek.UUID, m.reconcileGPU(ctx, peek.UUID, ids[peek.UUID])
+	}, func(dev DeviceRef, _ []string) error {
+		if !strings.HasPrefix(dev.UUID, "MIG-") {
+			klog.FromContext(ctx).Info("Time-sliced GPU has no sharing state; its settings are left as they are", "device", dev.UUID)
 		}
-	}
-	for uuid := range ids {
-		if !known[uuid] && !strings.HasPrefix(uuid, "MIG-") {
-			logger.Info("Time-sliced GPU has no sharing state; its settings are left as they are", "device", uuid)
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("time-slicing: %w", err)
 	}
 	return errors.Join(errs...)
 }
 
 func (m *TimeSlicingManager) reconcileGPU(ctx context.Context, uuid string, live []string) error {
-	unlock := m.locks.lock(uuid)
+	unlock := m.locks.Lock(uuid)
 	defer unlock()
 	var st tsState
 	found, err := readState(m.statePath(uuid), &st)

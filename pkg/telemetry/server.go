@@ -79,7 +79,7 @@ func Serve(ctx context.Context, addr string, reg metrics.KubeRegistry, extra map
 		h = sec.Auth.Wrap(mux)
 	}
 	srv := newServer(h)
-	tlsConfig, err := sec.tlsConfig(addr)
+	tlsConfig, err := sec.tlsConfig(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -120,17 +120,15 @@ func newServer(h http.Handler) *http.Server {
 }
 
 // tlsConfig returns the HTTPS configuration sec asks for, nil for plain
-// HTTP.
-func (sec Security) tlsConfig(addr string) (*tls.Config, error) {
+// HTTP. Certificate files are reloaded when renewed, until ctx is done.
+func (sec Security) tlsConfig(ctx context.Context, addr string) (*tls.Config, error) {
 	var pair tls.Certificate
 	var err error
 	switch {
 	case (sec.CertFile == "") != (sec.KeyFile == ""):
 		return nil, fmt.Errorf("metrics TLS: give both a certificate file and a key file, or neither (certificate %q, key %q)", sec.CertFile, sec.KeyFile)
 	case sec.CertFile != "":
-		if pair, err = tls.LoadX509KeyPair(sec.CertFile, sec.KeyFile); err != nil {
-			return nil, fmt.Errorf("metrics TLS: load %s and %s: %w", sec.CertFile, sec.KeyFile, err)
-		}
+		return filesTLSConfig(ctx, sec.CertFile, sec.KeyFile)
 	case sec.Auth != nil:
 		if pair, err = selfSignedCert(addr); err != nil {
 			return nil, err

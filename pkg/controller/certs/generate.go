@@ -7,12 +7,14 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
 	"slices"
 	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 )
 
 // backdate is how far before "now" a certificate becomes valid, so that an
@@ -28,6 +30,8 @@ type keyPair struct {
 }
 
 // newCA creates a self-signed CA valid from now (backdated) for validity.
+// (certutil.NewSelfSignedCACert does not fit: its CAs are valid for ten
+// years from now, neither backdated nor of a chosen lifetime.)
 func newCA(now time.Time, validity time.Duration, commonName string) (*keyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -89,16 +93,15 @@ func sign(tmpl, parent *x509.Certificate, key, parentKey crypto.Signer) (*keyPai
 	if err != nil {
 		return nil, fmt.Errorf("parse new certificate: %w", err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	certPEM, err := certutil.EncodeCertificates(cert)
 	if err != nil {
-		return nil, fmt.Errorf("marshal key: %w", err)
+		return nil, fmt.Errorf("encode certificate %q: %w", tmpl.Subject.CommonName, err)
 	}
-	return &keyPair{
-		cert:    cert,
-		key:     key,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}, nil
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode key of %q: %w", tmpl.Subject.CommonName, err)
+	}
+	return &keyPair{cert: cert, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
 }
 
 func serialNumber() (*big.Int, error) {
@@ -122,60 +125,16 @@ func RotateAt(c *x509.Certificate) time.Time {
 	return issued.Add(c.NotAfter.Sub(issued) / 3 * 2)
 }
 
-// parseCerts parses every CERTIFICATE block of a PEM bundle.
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
+// parseSigner parses a PEM private key (PKCS#8, EC or PKCS#1) that can
+// sign certificates.
+func parseSigner(data []byte) (crypto.Signer, error) {
+	k, err := keyutil.ParsePrivateKeyPEM(data)
+	if err != nil {
+		return nil, err
 	}
-	if len(out) == 0 {
-		return nil, errors.New("no certificate in PEM data")
-	}
-	return out, nil
-}
-
-// parseKey parses a PEM private key (PKCS#8, EC or PKCS#1).
-func parseKey(data []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return nil, errors.New("no PEM block in key data")
-	}
-	if k, err := x509.ParsePKCS8PrivateKey(block.Bytes); err == nil {
-		if s, ok := k.(crypto.Signer); ok {
-			return s, nil
-		}
+	s, ok := k.(crypto.Signer)
+	if !ok {
 		return nil, fmt.Errorf("key of type %T cannot sign", k)
 	}
-	if k, err := x509.ParseECPrivateKey(block.Bytes); err == nil {
-		return k, nil
-	}
-	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
-		return k, nil
-	}
-	return nil, errors.New("unsupported private key format")
-}
-
-// encodeCerts is the PEM bundle of certs, in order.
-func encodeCerts(certs []*x509.Certificate) []byte {
-	var out []byte
-	for _, c := range certs {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	return out
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+	return s, nil
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -195,7 +196,11 @@ func (m *Manager) Reconcile(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	if m.cfg.WebhookConfigName != "" {
-		bundleErr = m.patchBundle(ctx, encodeCerts(plan.next.cas))
+		bundle, err := certutil.EncodeCertificates(plan.next.cas...)
+		if err != nil {
+			return 0, fmt.Errorf("encode CA bundle: %w", err)
+		}
+		bundleErr = m.patchBundle(ctx, bundle)
 	}
 	if bundleErr != nil {
 		return 0, bundleErr
@@ -220,6 +225,10 @@ func (m *Manager) load(pair *keyPair) error {
 // writeSecret creates or updates the Secret. A conflict means another
 // replica wrote first; the next reconcile reads its result.
 func (m *Manager) writeSecret(ctx context.Context, existing *corev1.Secret, s *state) error {
+	data, err := s.data()
+	if err != nil {
+		return err
+	}
 	if existing == nil {
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
@@ -227,7 +236,7 @@ func (m *Manager) writeSecret(ctx context.Context, existing *corev1.Secret, s *s
 				Labels: map[string]string{ManagedByLabel: ManagedByValue},
 			},
 			Type: corev1.SecretTypeTLS,
-			Data: s.data(),
+			Data: data,
 		}
 		_, err := m.client.CoreV1().Secrets(m.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{})
 		if err != nil {
@@ -240,7 +249,7 @@ func (m *Manager) writeSecret(ctx context.Context, existing *corev1.Secret, s *s
 		secret.Labels = map[string]string{}
 	}
 	secret.Labels[ManagedByLabel] = ManagedByValue
-	secret.Data = s.data()
+	secret.Data = data
 	if _, err := m.client.CoreV1().Secrets(m.cfg.Namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update Secret %s/%s: %w", m.cfg.Namespace, m.cfg.SecretName, err)
 	}
@@ -255,7 +264,7 @@ func (m *Manager) bundleInstalled(ctx context.Context, caDER []byte) (bool, erro
 		return false, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
 	}
 	for _, wh := range vwc.Webhooks {
-		cas, err := parseCerts(wh.ClientConfig.CABundle)
+		cas, err := certutil.ParseCertsPEM(wh.ClientConfig.CABundle)
 		if err != nil {
 			return false, nil
 		}

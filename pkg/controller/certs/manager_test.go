@@ -2,9 +2,17 @@ package certs
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -16,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -93,7 +103,7 @@ func (f *fixture) bundles(t *testing.T) [][]*x509.Certificate {
 	}
 	var out [][]*x509.Certificate
 	for _, wh := range vwc.Webhooks {
-		cas, err := parseCerts(wh.ClientConfig.CABundle)
+		cas, err := certutil.ParseCertsPEM(wh.ClientConfig.CABundle)
 		if err != nil {
 			t.Fatalf("webhook %s: CA bundle: %v", wh.Name, err)
 		}
@@ -237,7 +247,7 @@ func TestManagerRotatesServingCert(t *testing.T) {
 	}
 	verify(t, second, b, f.clock.Now())
 	// The new certificate comes from the Secret, so other replicas serve it.
-	if got, _ := parseCerts(f.secret(t).Data[KeyCert]); !got[0].Equal(second) {
+	if got, _ := certutil.ParseCertsPEM(f.secret(t).Data[KeyCert]); !got[0].Equal(second) {
 		t.Error("Secret does not hold the served certificate")
 	}
 }
@@ -334,7 +344,7 @@ func TestManagerWaitsForBundleBeforeNewCA(t *testing.T) {
 
 func mustParse(t *testing.T, pemData []byte) []*x509.Certificate {
 	t.Helper()
-	c, err := parseCerts(pemData)
+	c, err := certutil.ParseCertsPEM(pemData)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,4 +468,70 @@ func TestManagerRun(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestManagerReusesKeysInEveryPEMFormat: a Secret whose CA key is PKCS#8
+// (what earlier releases wrote), SEC1 (what keyutil writes) or PKCS#1 RSA
+// (written by hand) is used as it is: no new CA, no write.
+func TestManagerReusesKeysInEveryPEMFormat(t *testing.T) {
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		key    crypto.Signer
+		keyPEM []byte
+	}{
+		"PKCS#8": {ecKey, pem.EncodeToMemory(&pem.Block{Type: keyutil.PrivateKeyBlockType, Bytes: pkcs8})},
+		"SEC1":   {ecKey, mustPEM(t, ecKey)},
+		"PKCS#1": {rsaKey, mustPEM(t, rsaKey)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tmpl := &x509.Certificate{
+				SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+				NotBefore: start.Add(-time.Hour), NotAfter: start.Add(300 * 24 * time.Hour),
+				KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+			}
+			ca, err := sign(tmpl, tmpl, tc.key, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pair, err := newServing(ca, start, 30*24*time.Hour, dnsNames)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := map[string][]byte{KeyCABundle: ca.certPEM, KeyCAKey: tc.keyPEM, KeyCert: pair.certPEM, KeyKey: pair.keyPEM}
+			vwc := webhookConfig()
+			for i := range vwc.Webhooks {
+				vwc.Webhooks[i].ClientConfig.CABundle = ca.certPEM
+			}
+			f := newFixture(t, vwc, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns}, Data: data})
+			m := f.manager(t)
+			reconcile(t, m)
+			if n := countWrites(f.client, "secrets"); n != 0 {
+				t.Errorf("Secret written %d times; its CA key was not used", n)
+			}
+			if !serving(t, m).Equal(pair.cert) {
+				t.Error("the Secret's serving certificate is not served")
+			}
+		})
+	}
+}
+
+func mustPEM(t *testing.T, key crypto.PrivateKey) []byte {
+	t.Helper()
+	b, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	certutil "k8s.io/client-go/util/cert"
 )
 
 // state is the TLS material kept in the Secret.
@@ -17,9 +18,11 @@ type state struct {
 	// the one caKey belongs to and new serving certificates are signed by.
 	// Older CAs stay until they expire, so certificates they signed stay
 	// trusted while replicas move to the new one.
-	cas     []*x509.Certificate
-	caKey   crypto.Signer
-	serving *keyPair
+	cas   []*x509.Certificate
+	caKey crypto.Signer
+	// caKeyPEM is caKey as stored.
+	caKeyPEM []byte
+	serving  *keyPair
 }
 
 // parseState reads the Secret's data. Unusable parts are dropped (and
@@ -28,7 +31,7 @@ func parseState(data map[string][]byte) (*state, []string) {
 	s := &state{}
 	var problems []string
 	if len(data[KeyCABundle]) > 0 {
-		cas, err := parseCerts(data[KeyCABundle])
+		cas, err := certutil.ParseCertsPEM(data[KeyCABundle])
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", KeyCABundle, err))
 		} else {
@@ -36,14 +39,14 @@ func parseState(data map[string][]byte) (*state, []string) {
 		}
 	}
 	if len(s.cas) > 0 {
-		key, err := parseKey(data[KeyCAKey])
+		key, err := parseSigner(data[KeyCAKey])
 		switch {
 		case err != nil:
 			problems = append(problems, fmt.Sprintf("%s: %v", KeyCAKey, err))
 		case !samePublicKey(key.Public(), s.cas[0].PublicKey):
 			problems = append(problems, fmt.Sprintf("%s does not belong to the first certificate of %s", KeyCAKey, KeyCABundle))
 		default:
-			s.caKey = key
+			s.caKey, s.caKeyPEM = key, data[KeyCAKey]
 		}
 	}
 	if len(data[KeyCert]) > 0 || len(data[KeyKey]) > 0 {
@@ -63,14 +66,17 @@ func samePublicKey(a, b crypto.PublicKey) bool {
 }
 
 // data is the Secret's data for s.
-func (s *state) data() map[string][]byte {
-	keyPEM := mustMarshalKey(s.caKey)
+func (s *state) data() (map[string][]byte, error) {
+	bundle, err := certutil.EncodeCertificates(s.cas...)
+	if err != nil {
+		return nil, fmt.Errorf("encode CA bundle: %w", err)
+	}
 	return map[string][]byte{
-		KeyCABundle: encodeCerts(s.cas),
-		KeyCAKey:    keyPEM,
+		KeyCABundle: bundle,
+		KeyCAKey:    s.caKeyPEM,
 		KeyCert:     s.serving.certPEM,
 		KeyKey:      s.serving.keyPEM,
-	}
+	}, nil
 }
 
 // planInput is what plan decides on.
@@ -100,7 +106,7 @@ func (cfg *Config) plan(cur *state, in planInput) (*planResult, error) {
 	now := in.now
 	r := &planResult{next: &state{}}
 	if cur != nil {
-		r.next = &state{cas: slices.Clone(cur.cas), caKey: cur.caKey, serving: cur.serving}
+		r.next = &state{cas: slices.Clone(cur.cas), caKey: cur.caKey, caKeyPEM: cur.caKeyPEM, serving: cur.serving}
 	}
 	s := r.next
 
@@ -123,7 +129,7 @@ func (cfg *Config) plan(cur *state, in planInput) (*planResult, error) {
 			old = old[1:] // the CA whose key is gone is of no use
 		}
 		s.cas = append([]*x509.Certificate{ca.cert}, old...)
-		s.caKey = ca.key
+		s.caKey, s.caKeyPEM = ca.key, ca.keyPEM
 		r.newCA, r.changed = true, true
 		in.caInstalled = false
 	}
@@ -212,14 +218,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func mustMarshalKey(k crypto.Signer) []byte {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		panic(fmt.Sprintf("marshal a key this package generated or parsed: %v", err))
-	}
-	return pemBlock("PRIVATE KEY", der)
 }
 
 // Secret keys. tls.crt and tls.key make the Secret usable as a
