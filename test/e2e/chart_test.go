@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,17 +19,19 @@ import (
 )
 
 // chartValueSets are the value combinations the chart must render and the API
-// server must accept.
-var chartValueSets = map[string][]string{
-	"defaults":    nil,
-	"simulated":   {"--set", "simulate=dgxh100", "--set", "kubeletDir=/tmp/gdd/kubelet"},
-	"host-driver": {"--set", "driverRoot=/"},
-	"minimal": {"--set", "controller.enabled=false,validatingAdmissionPolicy.enabled=false,validatingAdmissionPolicy.acknowledgeUnrestrictedNodePlugins=true," +
-		"deviceClasses.create=false,extendedResourceName="},
-	"cert-manager": {"--set", "controller.webhook.certManager.enabled=true,controller.webhook.certManager.secretName=tls," +
-		"controller.webhook.certManager.certificate=ns/cert,controller.modelDeviceClasses=true,controller.replicas=1"},
-	"node-groups": {"--set-json", `devicePolicy={"default":{"timeSlicing":{"maxShares":8}},"gpus":{"0":{"wholeGPU":false}},` +
-		`"nodeGroups":[{"name":"mps","nodeSelector":{"gpu.dra.dev/policy":"mps"},"policy":{"default":{"mig":"off","mps":{"maxShares":8}}}}]}`},
+// server must accept: the documented ones, ci/*-values.yaml (listed in the
+// chart's README; test/chart lints and renders them in make check).
+func chartValueSets(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir(), "ci", "*-values.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no values combinations in %s/ci (%v)", chartDir(), err)
+	}
+	sets := map[string][]string{}
+	for _, f := range files {
+		sets[strings.TrimSuffix(filepath.Base(f), "-values.yaml")] = []string{"-f", f}
+	}
+	return sets
 }
 
 // TestChart: `helm lint` is clean, and `helm template` output passes a
@@ -42,7 +45,7 @@ func TestChart(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "acknowledgeUnrestrictedNodePlugins=true") {
 		t.Errorf("validatingAdmissionPolicy.enabled=false renders (%v), want a failure naming the acknowledgement:\n%s", err, out)
 	}
-	for name, values := range chartValueSets {
+	for name, values := range chartValueSets(t) {
 		t.Run(name, func(t *testing.T) {
 			out := helm(t, ctx, append([]string{"template", "e2e-dry-run", chartDir(), "-n", env.namespace}, values...)...)
 			cmd := exec.CommandContext(ctx, env.cluster.Kubectl, "--kubeconfig", env.cluster.Kubeconfig,
