@@ -10,6 +10,7 @@ import (
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Scenarios of upstream allocator bugs on the paths this model relies on:
@@ -147,7 +148,7 @@ func TestUpstream140431RejectedCandidateReleasesCounters(t *testing.T) {
 	}
 	out, err := allocateNoPanic(t, c, "kubernetes#140431", at.WithConstraints(
 		at.Claim("pair", at.Exactly("gpu", driverName, 2)),
-		at.MatchAttribute(attr(devicemodel.AttrNUMANode))))
+		at.MatchAttribute(attr(vocabulary.AttrNUMANode))))
 	if err != nil || out == nil {
 		t.Fatalf("a same-NUMA pair did not allocate although one NUMA node has %d free GPUs (err %v): leaked counter reservation, kubernetes#140431, fixed in 1.36.3 and 1.37.0",
 			len(n.GPUs)-len(numa0), err)
