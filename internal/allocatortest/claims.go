@@ -1,8 +1,13 @@
 package allocatortest
 
 import (
+	"fmt"
+
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Claim builds an unallocated claim in namespace "default".
@@ -51,4 +56,19 @@ func selectors(exprs []string) []resourceapi.DeviceSelector {
 		out = append(out, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}})
 	}
 	return out
+}
+
+// Profile is the CEL selector of MIG devices of one profile (e.g. "1g.10gb").
+func Profile(name string) string {
+	return fmt.Sprintf(`device.attributes[%q].profile == %q`, vocabulary.DriverName, name)
+}
+
+// WithCapacity adds consumable-capacity requests (name → quantity) to an
+// Exactly request.
+func WithCapacity(r resourceapi.DeviceRequest, caps map[string]string) resourceapi.DeviceRequest {
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+	for k, v := range caps {
+		r.Exactly.Capacity.Requests[resourceapi.QualifiedName(k)] = resource.MustParse(v)
+	}
+	return r
 }

@@ -26,7 +26,7 @@ var costKinds = []struct {
 	goal float64 // full ÷ whole-only, averaged over the fill levels
 }{
 	{"gpu", at.Exactly("gpu", driverName, 1), 1.5},
-	{"mig-1g", at.Exactly("mig", "mig."+driverName, 1, profile("1g.10gb")), 3},
+	{"mig-1g", at.Exactly("mig", "mig."+driverName, 1, at.Profile("1g.10gb")), 3},
 	{"timeslice", at.Exactly("ts", "timeslice."+driverName, 1), 3},
 	{"mps", at.Exactly("mps", "mps."+driverName, 1), 3},
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
@@ -28,18 +27,6 @@ func onGPU0(kind string, extra ...string) resourceapi.DeviceRequest {
 	return at.Exactly("r", class, 1, append([]string{sel}, extra...)...)
 }
 
-func profile(name string) string {
-	return fmt.Sprintf(`device.attributes["gpu.dra.dev"].profile == %q`, name)
-}
-
-func withCapacity(r resourceapi.DeviceRequest, caps map[string]string) resourceapi.DeviceRequest {
-	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
-	for k, v := range caps {
-		r.Exactly.Capacity.Requests[resourceapi.QualifiedName(k)] = resource.MustParse(v)
-	}
-	return r
-}
-
 // The scheduler itself rules out every conflicting use of one GPU.
 func TestOneGPUOneWayOfUse(t *testing.T) {
 	uses := []struct {
@@ -47,7 +34,7 @@ func TestOneGPUOneWayOfUse(t *testing.T) {
 		req  resourceapi.DeviceRequest
 	}{
 		{"whole", onGPU0("gpu")},
-		{"mig", onGPU0("mig", profile("1g.10gb"))},
+		{"mig", onGPU0("mig", at.Profile("1g.10gb"))},
 		{"timeslice", onGPU0("timeslice")},
 		{"mps", onGPU0("mps")},
 	}
@@ -91,14 +78,14 @@ func TestShareCount(t *testing.T) {
 func TestShareCapacity(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		c, _ := cluster(t, "dgxh100")
-		half := withCapacity(onGPU0("mps"), map[string]string{"memory": "40G"})
+		half := at.WithCapacity(onGPU0("mps"), map[string]string{"memory": "40G"})
 		c.MustAllocate(t, "dgxh100", at.Claim("a", half))
 		c.MustAllocate(t, "dgxh100", at.Claim("b", half))
 		c.MustNotFit(t, "dgxh100", at.Claim("c", half))
 	})
 	t.Run("compute", func(t *testing.T) {
 		c, _ := cluster(t, "dgxh100")
-		half := withCapacity(onGPU0("mps"), map[string]string{"compute": "50"})
+		half := at.WithCapacity(onGPU0("mps"), map[string]string{"compute": "50"})
 		c.MustAllocate(t, "dgxh100", at.Claim("a", half))
 		c.MustAllocate(t, "dgxh100", at.Claim("b", half))
 		c.MustNotFit(t, "dgxh100", at.Claim("c", half))
@@ -136,9 +123,9 @@ func TestMIGPlacements(t *testing.T) {
 		t.Run(fmt.Sprintf("%s %d×%s then no %s", tc.machine, tc.n, tc.fill, tc.thenNot), func(t *testing.T) {
 			c, _ := cluster(t, tc.machine)
 			for i := range tc.n {
-				c.MustAllocate(t, tc.machine, at.Claim(fmt.Sprintf("m%d", i), onGPU0("mig", profile(tc.fill))))
+				c.MustAllocate(t, tc.machine, at.Claim(fmt.Sprintf("m%d", i), onGPU0("mig", at.Profile(tc.fill))))
 			}
-			c.MustNotFit(t, tc.machine, at.Claim("next", onGPU0("mig", profile(tc.thenNot))))
+			c.MustNotFit(t, tc.machine, at.Claim("next", onGPU0("mig", at.Profile(tc.thenNot))))
 		})
 	}
 }
@@ -154,12 +141,12 @@ func TestMIGProfilesPolicyAllocation(t *testing.T) {
 		s.Name = s.GenerateName + string(rune('a'+i))
 	}
 	c := at.NewCluster(slices, deviceclass.DeviceClasses(driverName))
-	c.MustNotFit(t, "dgxh100", at.Claim("2g", onGPU0("mig", profile("2g.20gb"))))
-	c.MustAllocate(t, "dgxh100", at.Claim("3g", onGPU0("mig", profile("3g.40gb"))))
+	c.MustNotFit(t, "dgxh100", at.Claim("2g", onGPU0("mig", at.Profile("2g.20gb"))))
+	c.MustAllocate(t, "dgxh100", at.Claim("3g", onGPU0("mig", at.Profile("3g.40gb"))))
 	for i := range 4 { // 3 + 4 of 7 compute slices
-		c.MustAllocate(t, "dgxh100", at.Claim(fmt.Sprintf("1g-%d", i), onGPU0("mig", profile("1g.10gb"))))
+		c.MustAllocate(t, "dgxh100", at.Claim(fmt.Sprintf("1g-%d", i), onGPU0("mig", at.Profile("1g.10gb"))))
 	}
-	c.MustNotFit(t, "dgxh100", at.Claim("1g-full", onGPU0("mig", profile("1g.10gb"))))
+	c.MustNotFit(t, "dgxh100", at.Claim("1g-full", onGPU0("mig", at.Profile("1g.10gb"))))
 	c.MustNotFit(t, "dgxh100", at.Claim("whole", onGPU0("gpu")))
 	c.MustAllocate(t, "dgxh100", at.Claim("other", at.Exactly("gpu", driverName, 1)))
 }
@@ -169,7 +156,7 @@ func TestMIGProfilesPolicyAllocation(t *testing.T) {
 func TestMIGPacking(t *testing.T) {
 	c, _ := cluster(t, "dgxh100")
 	for _, p := range []string{"1g.10gb", "4g.40gb", "2g.20gb"} {
-		c.MustAllocate(t, "dgxh100", at.Claim(p, onGPU0("mig", profile(p))))
+		c.MustAllocate(t, "dgxh100", at.Claim(p, onGPU0("mig", at.Profile(p))))
 	}
-	c.MustNotFit(t, "dgxh100", at.Claim("full", onGPU0("mig", profile("1g.10gb"))))
+	c.MustNotFit(t, "dgxh100", at.Claim("full", onGPU0("mig", at.Profile("1g.10gb"))))
 }

@@ -49,8 +49,8 @@ func allOf(name, class string, cel ...string) resourceapi.DeviceRequest {
 func TestUpstream139034NoDoubleAllocationBesideAShare(t *testing.T) {
 	exclusive := map[string]resourceapi.DeviceRequest{
 		"whole":     onGPU0("gpu"),
-		"mig 1g":    onGPU0("mig", profile("1g.10gb")),
-		"mig 7g":    onGPU0("mig", profile("7g.80gb")),
+		"mig 1g":    onGPU0("mig", at.Profile("1g.10gb")),
+		"mig 7g":    onGPU0("mig", at.Profile("7g.80gb")),
 		"timeslice": onGPU0("timeslice"),
 		"mps":       onGPU0("mps"),
 	}
@@ -172,7 +172,7 @@ func TestUpstream138882AllocationModeAllWithCounters(t *testing.T) {
 	}{
 		{name: "all whole GPUs", req: allOf("gpu", driverName), want: 8},
 		{name: "all 1g.10gb placements of GPU 0", req: allOf("mig", "mig."+driverName,
-			`device.attributes["gpu.dra.dev"].parentMinor == 0`, profile("1g.10gb")), want: 7},
+			`device.attributes["gpu.dra.dev"].parentMinor == 0`, at.Profile("1g.10gb")), want: 7},
 		{name: "all MIG devices of GPU 0 overlap", req: allOf("mig", "mig."+driverName,
 			`device.attributes["gpu.dra.dev"].parentMinor == 0`)},
 		{name: "all whole GPUs while GPU 0 is shared", req: allOf("gpu", driverName),

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -185,18 +184,6 @@ func onGPU(minor int, kind string, extra ...string) resourceapi.DeviceRequest {
 	return at.Exactly(kind, class, 1, append([]string{sel}, extra...)...)
 }
 
-func profile(name string) string {
-	return fmt.Sprintf(`device.attributes["gpu.dra.dev"].profile == %q`, name)
-}
-
-func withCapacity(r resourceapi.DeviceRequest, caps map[string]string) resourceapi.DeviceRequest {
-	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
-	for k, v := range caps {
-		r.Exactly.Capacity.Requests[resourceapi.QualifiedName(k)] = resource.MustParse(v)
-	}
-	return r
-}
-
 // withConfig adds an opaque config of the driver for some requests.
 func withConfig(claim *resourceapi.ResourceClaim, params string, requests ...string) *resourceapi.ResourceClaim {
 	claim.Spec.Devices.Config = append(claim.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{
@@ -231,12 +218,12 @@ func standardCluster(t testing.TB) *fixture {
 	f.run("node-a", "default", at.Claim("ts-b", onGPU(0, "timeslice")))
 	f.run("node-a", "default", at.Claim("train",
 		at.Exactly("gpus", driverName, 2, `device.attributes["gpu.dra.dev"].minor in [1, 2]`)))
-	f.run("node-a", "default", at.Claim("mig-small-1", onGPU(3, "mig", profile("1g.10gb"))))
-	f.run("node-a", "default", at.Claim("mig-small-2", onGPU(3, "mig", profile("1g.10gb"))))
-	f.run("node-a", "default", at.Claim("mig-medium", onGPU(3, "mig", profile("3g.40gb"))))
+	f.run("node-a", "default", at.Claim("mig-small-1", onGPU(3, "mig", at.Profile("1g.10gb"))))
+	f.run("node-a", "default", at.Claim("mig-small-2", onGPU(3, "mig", at.Profile("1g.10gb"))))
+	f.run("node-a", "default", at.Claim("mig-medium", onGPU(3, "mig", at.Profile("3g.40gb"))))
 	f.run("node-a", "default", withConfig(at.Claim("mps-a",
-		withCapacity(onGPU(4, "mps"), map[string]string{"compute": "50", "memory": "20Gi"})), mpsThreads, "mps"))
+		at.WithCapacity(onGPU(4, "mps"), map[string]string{"compute": "50", "memory": "20Gi"})), mpsThreads, "mps"))
 	f.run("node-b", "team-b", at.Claim("infer", at.Exactly("gpu", driverName, 1)))
-	f.pending("default", at.Claim("waiting", at.Exactly("mig", "mig."+driverName, 1, profile("7g.80gb"))))
+	f.pending("default", at.Claim("waiting", at.Exactly("mig", "mig."+driverName, 1, at.Profile("7g.80gb"))))
 	return f
 }

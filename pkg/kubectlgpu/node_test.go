@@ -121,13 +121,13 @@ func TestNodeNotFound(t *testing.T) {
 func TestFreeMIGPlacementsMatchTheAllocator(t *testing.T) {
 	tests := map[string][]resourceapi.DeviceRequest{
 		"nothing":              nil,
-		"one 1g.10gb":          {onGPU(0, "mig", profile("1g.10gb"))},
-		"1g.10gb+me":           {onGPU(0, "mig", profile("1g.10gb+me"))},
-		"3g.40gb and two 1g":   {onGPU(0, "mig", profile("3g.40gb")), onGPU(0, "mig", profile("1g.10gb")), onGPU(0, "mig", profile("1g.10gb"))},
-		"4g.40gb and 2g.20gb":  {onGPU(0, "mig", profile("4g.40gb")), onGPU(0, "mig", profile("2g.20gb"))},
+		"one 1g.10gb":          {onGPU(0, "mig", at.Profile("1g.10gb"))},
+		"1g.10gb+me":           {onGPU(0, "mig", at.Profile("1g.10gb+me"))},
+		"3g.40gb and two 1g":   {onGPU(0, "mig", at.Profile("3g.40gb")), onGPU(0, "mig", at.Profile("1g.10gb")), onGPU(0, "mig", at.Profile("1g.10gb"))},
+		"4g.40gb and 2g.20gb":  {onGPU(0, "mig", at.Profile("4g.40gb")), onGPU(0, "mig", at.Profile("2g.20gb"))},
 		"whole GPU":            {onGPU(0, "gpu")},
 		"a time-slice share":   {onGPU(0, "timeslice")},
-		"seven 1g.10gb (full)": slices.Repeat([]resourceapi.DeviceRequest{onGPU(0, "mig", profile("1g.10gb"))}, 7),
+		"seven 1g.10gb (full)": slices.Repeat([]resourceapi.DeviceRequest{onGPU(0, "mig", at.Profile("1g.10gb"))}, 7),
 	}
 	for name, held := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -146,7 +146,7 @@ func TestFreeMIGPlacementsMatchTheAllocator(t *testing.T) {
 				if dev.Type != vocabulary.KindMIG {
 					continue
 				}
-				claim := at.Claim("probe", onGPU(0, "mig", profile(dev.Profile),
+				claim := at.Claim("probe", onGPU(0, "mig", at.Profile(dev.Profile),
 					fmt.Sprintf(`device.attributes["gpu.dra.dev"].placementStart == %d`, *dev.PlacementStart)))
 				out, err := f.allocator().Allocate(context.Background(), "node-a", claim)
 				if err != nil {
@@ -167,7 +167,7 @@ func TestFreeMIGPlacementsMatchTheAllocator(t *testing.T) {
 // usable: everything that avoids slice 6.
 func TestFreeMIGPlacementsAfterOne1g(t *testing.T) {
 	f := newFixture(t, "node-a=dgxh100")
-	f.run("node-a", "default", at.Claim("small", onGPU(0, "mig", profile("1g.10gb"))))
+	f.run("node-a", "default", at.Claim("small", onGPU(0, "mig", at.Profile("1g.10gb"))))
 	got := map[string][]int64{}
 	for _, fm := range nodeDetail(t, f, "node-a").GPUs[0].FreeMIG {
 		got[fm.Profile] = fm.Placements
