@@ -35,12 +35,12 @@ metadata:
   labels:
     {{- include "gpu-dra-driver.labels" . | nindent 4 }}
   annotations:
-    gpu.dra.dev/description: %q
+    %s: %q
 spec:
   selectors:
   - cel:
       expression: '%s'
-`, c.Name(helmDriver), c.Description, strings.ReplaceAll(c.Selector(helmDriver), "'", "''"))
+`, c.Name(helmDriver), vocabulary.AnnotationDescription, c.Description, strings.ReplaceAll(c.Selector(helmDriver), "'", "''"))
 		if c.DeviceType == vocabulary.KindGPU {
 			b.WriteString(`  {{- with .Values.extendedResourceName }}
   extendedResourceName: {{ . | quote }}

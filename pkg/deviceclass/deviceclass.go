@@ -51,7 +51,7 @@ func DeviceClasses(driverName string) []*resourceapi.DeviceClass {
 			TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
 			ObjectMeta: metav1.ObjectMeta{
 				Name:        c.Name(driverName),
-				Annotations: map[string]string{"gpu.dra.dev/description": c.Description},
+				Annotations: map[string]string{vocabulary.AnnotationDescription: c.Description},
 			},
 			Spec: resourceapi.DeviceClassSpec{
 				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: c.Selector(driverName)}}},

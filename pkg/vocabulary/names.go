@@ -7,6 +7,10 @@ import "fmt"
 // and the driver opaque configs are addressed to.
 const DriverName = "gpu.dra.dev"
 
+// AnnotationDescription is the annotation of every DeviceClass the driver
+// ships or generates: one line that says what the class hands out.
+const AnnotationDescription = DriverName + "/description"
+
 // Attribute names, unqualified: the API puts them in the driver's domain
 // (device.attributes["gpu.dra.dev"].productName in CEL). Untyped, so that
 // they key resourceapi.QualifiedName maps without this package importing

@@ -26,8 +26,6 @@ const (
 	// controller creates.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedByValue = "gpu-dra-controller"
-	// DescriptionAnnotation is pkg/deviceclass's description annotation.
-	DescriptionAnnotation = "gpu.dra.dev/description"
 )
 
 // ModelClassLabel marks the per-model classes of a driver:
@@ -113,8 +111,8 @@ func DeviceClasses(driverName string, products []string) []*resourceapi.DeviceCl
 					ModelClassLabel(driverName): "true",
 				},
 				Annotations: map[string]string{
-					DescriptionAnnotation:         fmt.Sprintf("A whole %s GPU, exclusively.", strings.Join(ps, " or ")),
-					ProductAnnotation(driverName): strings.Join(ps, ","),
+					vocabulary.AnnotationDescription: fmt.Sprintf("A whole %s GPU, exclusively.", strings.Join(ps, " or ")),
+					ProductAnnotation(driverName):    strings.Join(ps, ","),
 				},
 			},
 			Spec: resourceapi.DeviceClassSpec{
