@@ -32,19 +32,6 @@ func readRecoveryAction(t *testing.T, m *Machine, i int) (nvml.DeviceGpuRecovery
 	return nvml.DeviceGpuRecoveryAction(binary.NativeEndian.Uint32(v.Value[:])), nvml.SUCCESS
 }
 
-func newInitialized(t *testing.T, opts ...Option) *Machine {
-	t.Helper()
-	m, err := New("dgxh100", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ret := m.Init(); ret != nvml.SUCCESS {
-		t.Fatalf("Init: %v", ret)
-	}
-	t.Cleanup(func() { m.Shutdown() })
-	return m
-}
-
 // TestRecoveryActionPerXID: the field reports the catalog's action for each
 // XID, a later milder XID does not lower it, and a reset clears it (but not a
 // pending reboot).
@@ -64,7 +51,7 @@ func TestRecoveryActionPerXID(t *testing.T) {
 		"reset, then harmless": {[]uint64{95, 13}, nvml.GPU_RECOVERY_ACTION_GPU_RESET, nvml.GPU_RECOVERY_ACTION_NONE},
 	} {
 		t.Run(name, func(t *testing.T) {
-			m := newInitialized(t)
+			m := started(t, "dgxh100")
 			for _, x := range tc.xids {
 				m.InjectEvent(3, nvml.EventTypeXidCriticalError, x)
 			}
@@ -87,7 +74,7 @@ func TestRecoveryActionPerXID(t *testing.T) {
 // TestRecoveryActionUnsupported: WithoutRecoveryAction answers NOT_SUPPORTED
 // in the field, as older drivers do.
 func TestRecoveryActionUnsupported(t *testing.T) {
-	m := newInitialized(t, WithoutRecoveryAction())
+	m := started(t, "dgxh100", WithoutRecoveryAction())
 	m.InjectEvent(0, nvml.EventTypeXidCriticalError, 48)
 	if _, ret := readRecoveryAction(t, m, 0); ret != nvml.ERROR_NOT_SUPPORTED {
 		t.Errorf("field return %v, want NOT_SUPPORTED", ret)
@@ -100,7 +87,7 @@ func TestRecoveryActionUnsupported(t *testing.T) {
 func TestRebootAndPersistence(t *testing.T) {
 	dir := t.TempDir()
 	state, root := filepath.Join(dir, "state.json"), filepath.Join(dir, "root")
-	m := newInitialized(t, WithStateFile(state))
+	m := started(t, "dgxh100", WithStateFile(state))
 	if err := m.WriteDriverRoot(root); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +106,7 @@ func TestRebootAndPersistence(t *testing.T) {
 	m.InjectEvent(1, nvml.EventTypeXidCriticalError, 79)
 	m.InjectEvent(2, nvml.EventTypeXidCriticalError, 48)
 
-	again := newInitialized(t, WithStateFile(state))
+	again := started(t, "dgxh100", WithStateFile(state))
 	if again.BootID() != boot || again.RecoveryAction(1) != nvml.GPU_RECOVERY_ACTION_NODE_REBOOT ||
 		again.RecoveryAction(2) != nvml.GPU_RECOVERY_ACTION_GPU_RESET {
 		t.Errorf("reloaded: boot %q, actions %d, %d; want %q, reboot, reset", again.BootID(), again.RecoveryAction(1), again.RecoveryAction(2), boot)
@@ -136,7 +123,7 @@ func TestRebootAndPersistence(t *testing.T) {
 			t.Errorf("GPU %d: recovery action %d after Reboot, want none", i, a)
 		}
 	}
-	rebooted := newInitialized(t, WithStateFile(state))
+	rebooted := started(t, "dgxh100", WithStateFile(state))
 	if rebooted.BootID() != m.BootID() {
 		t.Errorf("reloaded after Reboot: boot %q, want %q", rebooted.BootID(), m.BootID())
 	}

@@ -19,21 +19,7 @@ import (
 // the simulated node has rebooted (a new boot ID), after which the new claim gets
 // the GPU.
 func TestHealthXID79(t *testing.T) {
-	ctx := testContext(t)
-	r := env.runner
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if err := r.CleanupHealth(ctx); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	var log strings.Builder
-	h, err := r.Health(ctx, env.node, 79, env.recoveryWindow+time.Minute, &log)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, r := runHealth(t, 79)
 	for _, p := range h.Problems() {
 		t.Error(p)
 	}
@@ -67,7 +53,7 @@ func TestHealthXID79(t *testing.T) {
 	// After recovery, kubectl gpu shows no taint.
 	if r.KubectlGPUPath != "" {
 		var nodes kubectlgpu.NodeList
-		if err := r.KubectlGPUJSON(ctx, &nodes, "nodes"); err != nil {
+		if err := r.KubectlGPUJSON(testContext(t), &nodes, "nodes"); err != nil {
 			t.Fatal(err)
 		}
 		if nodes.Total.Tainted != 0 {
@@ -91,21 +77,7 @@ func contains(lines []string, s string) bool {
 // away once the simulated GPU has been reset, after which the new claim gets the
 // GPU. NoSchedule evicts nobody, so the eviction checks of Problems do not apply.
 func TestHealthXID48ResetRequired(t *testing.T) {
-	ctx := testContext(t)
-	r := env.runner
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if err := r.CleanupHealth(ctx); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	var log strings.Builder
-	h, err := r.Health(ctx, env.node, 48, env.recoveryWindow+time.Minute, &log)
-	t.Log("\n" + log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, r := runHealth(t, 48)
 	want := fmt.Sprintf("%s: %s=XID48-reset-required:NoSchedule", h.GPU, scenarios.HealthTaintKey)
 	if !contains(h.Taints, want) {
 		t.Errorf("taints %v, want %q", h.Taints, want)
@@ -120,4 +92,26 @@ func TestHealthXID48ResetRequired(t *testing.T) {
 	if r.KubectlGPUPath != "" && !strings.Contains(h.NodesWhileTainted, scenarios.HealthTaintKey+"=XID48-reset-required:NoSchedule") {
 		t.Errorf("kubectl gpu nodes does not name the pending reset:\n%s", h.NodesWhileTainted)
 	}
+}
+
+// runHealth runs the health scenario with XID xid on the test node, logs what it
+// printed, and deletes its namespace at the end of the test.
+func runHealth(t *testing.T, xid int) (*scenarios.HealthResult, *scenarios.Runner) {
+	t.Helper()
+	ctx := testContext(t)
+	r := env.runner
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := r.CleanupHealth(ctx); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	var log strings.Builder
+	h, err := r.Health(ctx, env.node, xid, env.recoveryWindow+time.Minute, &log)
+	t.Log("\n" + log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, r
 }
