@@ -65,6 +65,13 @@ type HealthResult struct {
 	BystanderEvicted, VictimKept bool
 	// KubectlGPUProblems: where kubectl gpu disagreed with the claims while tainted.
 	KubectlGPUProblems []string
+	// Action is the recovery action the GPU's taint value names ("reset",
+	// "drain-and-reset", "reboot"; empty: none). StillTaintedPastWindow: with
+	// an action, the taint was still there recoverWithin after the event;
+	// Performed is the /simulate/event query that then did the action.
+	Action                 string
+	StillTaintedPastWindow bool
+	Performed              string
 }
 
 // Health runs the health scenario on node, printing what happens to w:
@@ -79,7 +86,10 @@ type HealthResult struct {
 //     Pending;
 //  5. the victim's status reports the device unhealthy (allocatedResourcesStatus);
 //  6. after the plugin's --health-recovery-window the taint goes away and the probe
-//     gets the share.
+//     gets the share; unless the taint value names a recovery action the simulated
+//     hardware asks for (XID79-reboot-required): then it is still there after
+//     recoverWithin, the scenario performs the action (/simulate/event reset=true or
+//     reboot=true), and the taint goes away.
 //
 // Hard failures (the cluster does not do a step at all) are returned as an error;
 // the caller checks the result. CleanupHealth deletes the namespace.
@@ -242,15 +252,35 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 		}
 	}
 
-	say("waiting for recovery (the plugin's --health-recovery-window after the last event)")
-	rr := *r
-	rr.Timeout = recoverWithin
-	err = rr.poll(ctx, "taint "+HealthTaintKey+" removed from "+res.GPU, func(ctx context.Context) (bool, error) {
+	res.Action = taintAction(res.Taints)
+	gone := func(ctx context.Context) (bool, error) {
 		taints, _, err := r.gpuTaints(ctx, node, d.GPU())
 		return len(taints) == 0, err
-	})
-	if err != nil {
-		return res, err
+	}
+	rr := *r
+	rr.Timeout = recoverWithin
+	if res.Action == "" {
+		say("waiting for recovery (the plugin's --health-recovery-window after the last event)")
+		if err := rr.poll(ctx, "taint "+HealthTaintKey+" removed from "+res.GPU, gone); err != nil {
+			return res, err
+		}
+	} else {
+		say("the taint names the recovery action NVML reports pending (%s): it must stay past the recovery window", res.Action)
+		res.StillTaintedPastWindow = rr.poll(ctx, "taint "+HealthTaintKey+" removed from "+res.GPU, gone) != nil
+		say("still tainted %.0fs after the event: %v", recoverWithin.Seconds(), res.StillTaintedPastWindow)
+		q := map[string]string{"gpu": strconv.Itoa(res.Index), "reset": "true"}
+		if res.Action == "reboot" {
+			q = map[string]string{"reboot": "true"}
+		}
+		res.Performed = formatQuery(q)
+		say("performing it on the simulated hardware: POST /simulate/event?%s", res.Performed)
+		if err := r.SimulateEvent(ctx, node, q); err != nil {
+			return res, fmt.Errorf("perform the recovery action: %w", err)
+		}
+		rr.Timeout = time.Minute
+		if err := rr.poll(ctx, "taint "+HealthTaintKey+" removed from "+res.GPU+" after "+res.Action, gone); err != nil {
+			return res, err
+		}
 	}
 	res.RecoveredAfter = time.Since(start)
 	say("after %.1fs the taint is gone from all devices of %s", res.RecoveredAfter.Seconds(), res.GPU)
@@ -295,6 +325,9 @@ func (h *HealthResult) Problems() []string {
 		out = append(out, "the pod that tolerates the taint did not keep running")
 	}
 	out = append(out, h.KubectlGPUProblems...)
+	if h.Action != "" && !h.StillTaintedPastWindow {
+		out = append(out, "the taint naming recovery action "+h.Action+" was lifted before the action was done")
+	}
 	if h.RecoveredAfter == 0 {
 		out = append(out, "the taint was not removed")
 	}
@@ -435,4 +468,34 @@ func sortedDeviceNames(m map[string][]resourceapi.DeviceTaint) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// taintAction returns the recovery action a health taint value names
+// ("<reason>-<action>-required", pkg/health.TaintValue) among taint lines
+// "device: key=value:effect"; empty when none does.
+func taintAction(lines []string) string {
+	for _, l := range lines {
+		_, kv, _ := strings.Cut(l, ": "+HealthTaintKey+"=")
+		value, _, _ := strings.Cut(kv, ":")
+		if rest, ok := strings.CutSuffix(value, "-required"); ok {
+			if _, action, ok := strings.Cut(rest, "-"); ok {
+				return action
+			}
+		}
+	}
+	return ""
+}
+
+// formatQuery formats q sorted by key, for the log.
+func formatQuery(q map[string]string) string {
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + q[k]
+	}
+	return strings.Join(parts, "&")
 }

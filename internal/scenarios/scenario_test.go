@@ -100,3 +100,19 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestTaintAction: the recovery action is read from a health taint value
+// ("<reason>-<action>-required"); plain reasons and other keys name none.
+func TestTaintAction(t *testing.T) {
+	for lines, want := range map[string]string{
+		"gpu-0: " + HealthTaintKey + "=XID79-reboot-required:NoExecute":           "reboot",
+		"gpu-0: " + HealthTaintKey + "=XID63-drain-and-reset-required:NoSchedule": "drain-and-reset",
+		"gpu-0: " + HealthTaintKey + "=XID48-reset-required:NoSchedule":           "reset",
+		"gpu-0: " + HealthTaintKey + "=XID48:NoSchedule":                          "",
+		"gpu-0: other.example/x=a-b-required:NoSchedule":                          "",
+	} {
+		if got := taintAction([]string{lines}); got != want {
+			t.Errorf("taintAction(%q) = %q, want %q", lines, got, want)
+		}
+	}
+}

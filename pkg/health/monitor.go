@@ -39,6 +39,11 @@ type Options struct {
 	// rebooted, every GPU was reset, and the persisted conditions are
 	// dropped. Empty: conditions survive reboots too.
 	BootID string
+	// BootIDFile, if set, is read for the boot ID instead of BootID (when
+	// readable) at start and again at every poll, so that a boot ID that
+	// changes under a running monitor (a simulated reboot) counts as a
+	// reboot too.
+	BootIDFile string
 	// IgnoredXIDs never make a GPU unhealthy. Nil means DefaultIgnoredXIDs;
 	// an empty non-nil slice ignores none.
 	IgnoredXIDs []uint64
@@ -82,8 +87,13 @@ type Monitor struct {
 	// eccUncorrected is the last volatile uncorrected ECC count per GPU;
 	// a decrease means the GPU was reset.
 	eccUncorrected map[string]uint64
-	started        bool
-	stopped        bool
+	// bootID is the boot ID the state is recorded for.
+	bootID string
+	// actionUnsupported: GPUs whose recovery action NVML cannot report
+	// (logged once).
+	actionUnsupported map[string]bool
+	started           bool
+	stopped           bool
 	// afterPoll, if set, is called after each poll (tests).
 	afterPoll func()
 }
@@ -145,6 +155,14 @@ func NewMonitor(opts Options) (*Monitor, error) {
 		states:         map[string]*Status{},
 		subs:           map[chan Snapshot]struct{}{},
 		eccUncorrected: map[string]uint64{},
+		bootID:         opts.BootID,
+
+		actionUnsupported: map[string]bool{},
+	}
+	if opts.BootIDFile != "" {
+		if id := readBootID(opts.BootIDFile); id != "" {
+			m.bootID = id
+		}
 	}
 	for _, uuid := range opts.GPUs {
 		m.states[uuid] = &Status{UUID: uuid}
@@ -156,7 +174,7 @@ func NewMonitor(opts Options) (*Monitor, error) {
 	if st == nil {
 		return nil, loadErr
 	}
-	rebooted := opts.BootID != "" && st.BootID != "" && st.BootID != opts.BootID
+	rebooted := m.bootID != "" && st.BootID != "" && st.BootID != m.bootID
 	for _, s := range st.GPUs {
 		// GPUs no longer on the node are dropped; a GPU that comes back
 		// after being lost was reset anyway.
@@ -278,8 +296,11 @@ func (m *Monitor) Subscribe(ctx context.Context) <-chan Snapshot {
 // those of its MIG instances, are cleared at once.
 func (m *Monitor) ObserveReset(ctx context.Context, uuid, why string) {
 	m.update(ctx, uuid, func(s *Status) bool {
-		changed := s.clear()
-		if changed {
+		changed := s.clear(false)
+		switch {
+		case changed && s.Unhealthy != nil:
+			klog.FromContext(ctx).Info("GPU reset observed, still waiting for a reboot", "gpu", uuid, "how", why)
+		case changed:
 			klog.FromContext(ctx).Info("GPU healthy again: reset observed", "gpu", uuid, "how", why)
 		}
 		return changed
@@ -321,7 +342,7 @@ func (m *Monitor) persistLocked(ctx context.Context) {
 	if m.opts.StateFile == "" {
 		return
 	}
-	if err := saveState(m.opts.StateFile, m.opts.BootID, m.states); err != nil {
+	if err := saveState(m.opts.StateFile, m.bootID, m.states); err != nil {
 		// The in-memory state stays authoritative; the next change retries.
 		klog.FromContext(ctx).Error(err, "Persist GPU health state", "file", m.opts.StateFile)
 	}
@@ -343,14 +364,23 @@ func (m *Monitor) handleEvent(ctx context.Context, e Event) {
 		logger.V(2).Info("Ignoring XID", "gpu", e.GPUUUID, "xid", e.XID, "mig", e.MIG)
 		return
 	}
+	// What the hardware asks for after this error decides how the condition
+	// ends; an action concerns the whole GPU, whatever instance reported it.
+	action, _ := m.recoveryAction(ctx, e.GPUUUID)
+	if action != "" {
+		e.MIG = nil
+	}
 	m.update(ctx, e.GPUUUID, func(s *Status) bool {
 		wasHealthy := s.ConditionFor(e.MIG) == nil
 		s.apply(e, e.Time)
+		if action != "" {
+			s.applyAction(action, e.Time)
+		}
 		reason, msg := e.reason()
 		if wasHealthy {
-			logger.Info("GPU unhealthy", "gpu", e.GPUUUID, "reason", reason, "message", msg)
+			logger.Info("GPU unhealthy", "gpu", e.GPUUUID, "reason", reason, "message", msg, "recoveryAction", action)
 		} else {
-			logger.V(2).Info("Critical event on unhealthy GPU", "gpu", e.GPUUUID, "reason", reason, "message", msg)
+			logger.V(2).Info("Critical event on unhealthy GPU", "gpu", e.GPUUUID, "reason", reason, "message", msg, "recoveryAction", action)
 		}
 		return true
 	})
@@ -370,8 +400,12 @@ func (m *Monitor) setLost(ctx context.Context, uuid string, lost bool) {
 			}
 			return true
 		case !lost && s.Lost:
-			s.clear()
-			logger.Info("GPU healthy again: reachable after being lost (reset)", "gpu", uuid)
+			s.clear(false)
+			if s.Unhealthy != nil {
+				logger.Info("GPU reachable again after being lost, still waiting for its recovery action", "gpu", uuid, "action", s.Unhealthy.Action)
+			} else {
+				logger.Info("GPU healthy again: reachable after being lost (reset)", "gpu", uuid)
+			}
 			return true
 		}
 		return false
@@ -417,4 +451,54 @@ func (s Status) String() string {
 		return "healthy"
 	}
 	return fmt.Sprintf("unhealthy (%s)", reasonOf(s))
+}
+
+// observeAction applies the recovery action NVML now reports for GPU uuid:
+// a pending one is recorded (raising a condition if the GPU had none); none
+// pending any more, where one was recorded, means it was done, except that
+// only a new boot ends one that needs a reboot (when the boot ID is known).
+func (m *Monitor) observeAction(ctx context.Context, uuid string, a Action) {
+	logger := klog.FromContext(ctx)
+	m.update(ctx, uuid, func(s *Status) bool {
+		if a != "" {
+			wasHealthy := s.Unhealthy == nil
+			changed := s.applyAction(a, m.clock.Now())
+			if changed && wasHealthy {
+				logger.Info("GPU unhealthy: NVML reports a recovery action pending", "gpu", uuid, "action", a)
+			}
+			return changed
+		}
+		if s.Unhealthy == nil || s.Unhealthy.Action == "" {
+			return false
+		}
+		done := s.Unhealthy.Action
+		if done.needsReboot() && m.bootID != "" {
+			return false
+		}
+		s.clear(done.needsReboot())
+		logger.Info("GPU healthy again: NVML reports its recovery action done", "gpu", uuid, "action", done)
+		return true
+	})
+}
+
+// checkBoot treats a change of the boot ID file under a running monitor as a
+// reboot: every condition ends, a pending reboot included.
+func (m *Monitor) checkBoot(ctx context.Context) {
+	if m.opts.BootIDFile == "" {
+		return
+	}
+	id := readBootID(m.opts.BootIDFile)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id == "" || id == m.bootID {
+		return
+	}
+	old := m.bootID
+	m.bootID = id
+	for uuid, s := range m.states {
+		if s.clear(true) {
+			klog.FromContext(ctx).Info("GPU healthy again: the node rebooted", "gpu", uuid, "bootID", id, "before", old)
+		}
+	}
+	m.changedLocked(ctx)
 }

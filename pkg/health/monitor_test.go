@@ -262,7 +262,8 @@ func TestLostGPUIsNoExecuteAndRecoversWhenBack(t *testing.T) {
 }
 
 func TestRecoveryAfterQuietWindow(t *testing.T) {
-	f := newFixture(t)
+	// Without the recovery action field (older drivers): the XID table and the window decide.
+	f := newFixture(t, nvmlsim.WithoutRecoveryAction())
 	mon := f.start(t)
 	uuid := f.machine.GPUUUID(5)
 	f.machine.InjectEvent(5, nvml.EventTypeXidCriticalError, 48)
@@ -367,7 +368,8 @@ func TestMIGAttributedErrors(t *testing.T) {
 }
 
 func TestStateSurvivesRestart(t *testing.T) {
-	f := newFixture(t)
+	// Without the recovery action field (older drivers): the XID table and the window decide.
+	f := newFixture(t, nvmlsim.WithoutRecoveryAction())
 	uuid := f.machine.GPUUUID(6)
 
 	mon := f.newMonitor(t)
@@ -392,7 +394,8 @@ func TestStateSurvivesRestart(t *testing.T) {
 }
 
 func TestRestartAfterWindowStartsHealthy(t *testing.T) {
-	f := newFixture(t)
+	// Without the recovery action field (older drivers): the XID table and the window decide.
+	f := newFixture(t, nvmlsim.WithoutRecoveryAction())
 	uuid := f.machine.GPUUUID(1)
 	mon := f.newMonitor(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -411,7 +414,8 @@ func TestRestartAfterWindowStartsHealthy(t *testing.T) {
 }
 
 func TestRebootDropsState(t *testing.T) {
-	f := newFixture(t)
+	// Without the recovery action field (older drivers): the XID table and the window decide.
+	f := newFixture(t, nvmlsim.WithoutRecoveryAction())
 	f.opts.BootID = "boot-1"
 	uuid := f.machine.GPUUUID(1)
 	mon := f.newMonitor(t)

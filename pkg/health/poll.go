@@ -11,6 +11,7 @@ import (
 
 // poll probes every GPU, then expires conditions whose window has passed.
 func (m *Monitor) poll(ctx context.Context) {
+	m.checkBoot(ctx)
 	for _, uuid := range m.opts.GPUs {
 		m.probe(ctx, uuid)
 	}
@@ -20,7 +21,8 @@ func (m *Monitor) poll(ctx context.Context) {
 	}
 }
 
-// probe checks whether GPU uuid is lost, or was reset since the last probe.
+// probe checks whether GPU uuid is lost, was reset since the last probe, or
+// has a recovery action pending or done (observeAction).
 //
 // Lost: NVML answers ERROR_GPU_IS_LOST for the handle lookup or a query.
 // Reset: a lost GPU answers again, or its volatile uncorrected ECC counter
@@ -44,6 +46,9 @@ func (m *Monitor) probe(ctx context.Context, uuid string) {
 		return
 	}
 	m.setLost(ctx, uuid, false)
+	if action, ok := m.recoveryAction(ctx, uuid); ok {
+		m.observeAction(ctx, uuid, action)
+	}
 	if ret != nvml.SUCCESS {
 		return // ECC disabled or not supported: nothing more to learn
 	}

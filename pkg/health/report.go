@@ -55,7 +55,10 @@ func conditionMessage(c *Condition, lost bool) string {
 	if c.Events > 1 {
 		msg += fmt.Sprintf(" (%d critical events, last at %s)", c.Events, c.LastEvent.UTC().Format(time.RFC3339))
 	}
-	if lost {
+	switch {
+	case c.Action != "":
+		msg += "; NVML reports the GPU needs " + c.Action.describe()
+	case lost:
 		msg += "; the GPU needs a reset or reboot"
 	}
 	return msg

@@ -69,6 +69,11 @@ type Condition struct {
 	LastEvent time.Time `json:"lastEvent"`
 	// Events counts the critical events of this episode.
 	Events int `json:"events"`
+	// Action is the recovery action NVML reports pending for the GPU (empty:
+	// none, or not reported). While set, the condition does not expire: it
+	// ends when the action is seen done (a reset, or for ActionReboot a new
+	// boot). Only whole-GPU conditions have one.
+	Action Action `json:"action,omitempty"`
 }
 
 // MIGCondition is a condition that affects one MIG instance only.
@@ -222,16 +227,22 @@ func (s *Status) setLost(now time.Time) bool {
 	return true
 }
 
-// clear makes the GPU healthy (a reset was observed). It reports whether
-// anything changed.
-func (s *Status) clear() bool {
+// clear makes the GPU healthy: a reset was observed, or, with reboot, a new
+// boot. A reset leaves a condition whose pending action needs a reboot (the
+// GPU no longer counts as lost, though). It reports whether anything changed.
+func (s *Status) clear(reboot bool) bool {
 	changed := !s.Healthy() || s.Lost
+	if !reboot && s.Unhealthy != nil && s.Unhealthy.Action.needsReboot() {
+		changed = s.Lost || len(s.MIG) > 0
+		s.Lost, s.MIG = false, nil
+		return changed
+	}
 	s.Unhealthy, s.Lost, s.MIG = nil, false, nil
 	return changed
 }
 
 // expire drops conditions whose last event is at least window before now.
-// A lost GPU never expires. window <= 0 disables expiry. It reports whether
+// A lost GPU, and one with a pending recovery action, never expires. window <= 0 disables expiry. It reports whether
 // anything changed.
 func (s *Status) expire(now time.Time, window time.Duration) bool {
 	if window <= 0 {
@@ -239,7 +250,7 @@ func (s *Status) expire(now time.Time, window time.Duration) bool {
 	}
 	quiet := func(c *Condition) bool { return !now.Before(c.LastEvent.Add(window)) }
 	changed := false
-	if s.Unhealthy != nil && !s.Lost && quiet(s.Unhealthy) {
+	if s.Unhealthy != nil && !s.Lost && s.Unhealthy.Action == "" && quiet(s.Unhealthy) {
 		s.Unhealthy, changed = nil, true
 	}
 	kept := s.MIG[:0]

@@ -61,7 +61,7 @@ func TestStatusTransitions(t *testing.T) {
 				s.apply(Event{Type: EventXID, XID: 79}, t0)
 				s.apply(Event{Type: EventXID, XID: 94, MIG: mig}, t0)
 				s.setLost(t0)
-				s.clear()
+				s.clear(false)
 			},
 			at: t0,
 		},

@@ -18,11 +18,13 @@ const TaintKeySuffix = "/unhealthy"
 // TaintPolicy says how an unhealthy device is tainted in the ResourceSlice.
 type TaintPolicy struct {
 	// Key is the taint key, e.g. "gpu.dra.dev/unhealthy". The value is the
-	// condition's reason (GPULost, DoubleBitECC, XID48, ...).
+	// condition's reason (GPULost, DoubleBitECC, XID48, ...), followed by
+	// the pending recovery action if there is one (TaintValue).
 	Key string
 	// Effect applies to reasons not in Effects.
 	Effect resourceapi.DeviceTaintEffect
-	// Effects override Effect per reason.
+	// Effects override Effect per taint value ("XID48-reset-required") or,
+	// failing that, per reason ("XID48").
 	Effects map[string]resourceapi.DeviceTaintEffect
 }
 
@@ -41,12 +43,26 @@ func DefaultTaintPolicy(driverName string) TaintPolicy {
 	}
 }
 
-// effect returns the effect for reason.
-func (p TaintPolicy) effect(reason string) resourceapi.DeviceTaintEffect {
+// effect returns the effect for a taint value and its reason.
+func (p TaintPolicy) effect(value, reason string) resourceapi.DeviceTaintEffect {
+	if e, ok := p.Effects[value]; ok {
+		return e
+	}
 	if e, ok := p.Effects[reason]; ok {
 		return e
 	}
 	return p.Effect
+}
+
+// TaintValue is the taint value of a condition with reason and pending
+// recovery action a: the reason alone, or "<reason>-<action>-required"
+// ("XID48-reset-required", "XID79-reboot-required"). Both are valid label
+// values (at most 63 characters).
+func TaintValue(reason string, a Action) string {
+	if a == "" {
+		return reason
+	}
+	return reason + "-" + string(a) + "-required"
 }
 
 // Taints returns the taints of a device of the GPU whose health is st: none
@@ -63,7 +79,8 @@ func Taints(st Status, mig *MIGInstance, p TaintPolicy) []resourceapi.DeviceTain
 		reason = ReasonGPULost
 	}
 	added := metav1.NewTime(c.Since.Truncate(time.Second)) // the API keeps seconds
-	return []resourceapi.DeviceTaint{{Key: p.Key, Value: reason, Effect: p.effect(reason), TimeAdded: &added}}
+	value := TaintValue(reason, c.Action)
+	return []resourceapi.DeviceTaint{{Key: p.Key, Value: value, Effect: p.effect(value, reason), TimeAdded: &added}}
 }
 
 // DeviceTaints is Taints for device d, looked up in snap; nil when d's GPU is

@@ -213,7 +213,7 @@ const (
 func standardCluster(t testing.TB) *fixture {
 	t.Helper()
 	f := newFixture(t, "node-a=dgxh100", "node-b=l4x4")
-	f.taint("node-a", "gpu-7", resourceapi.DeviceTaint{Key: "gpu.dra.dev/unhealthy", Value: "XID79", Effect: resourceapi.DeviceTaintEffectNoExecute})
+	f.taint("node-a", "gpu-7", resourceapi.DeviceTaint{Key: "gpu.dra.dev/unhealthy", Value: "XID79-reboot-required", Effect: resourceapi.DeviceTaintEffectNoExecute})
 	f.run("node-a", "default", withConfig(at.Claim("ts-a", onGPU(0, "timeslice")), longTimeSlice))
 	f.run("node-a", "default", at.Claim("ts-b", onGPU(0, "timeslice")))
 	f.run("node-a", "default", at.Claim("train",

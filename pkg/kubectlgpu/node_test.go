@@ -94,7 +94,7 @@ func TestNodeTable(t *testing.T) {
 		"MPS, threads 50% (claim)",
 		"gpu-3   1g.10gb: 4   1g.10gb+me: 4",
 		"gpu-5   all (GPU free)",
-		"gpu-7   all (GPU free) (tainted: gpu.dra.dev/unhealthy=XID79:NoExecute)",
+		"gpu-7   all (GPU free) (tainted: gpu.dra.dev/unhealthy=XID79-reboot-required:NoExecute)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node-a lacks %q:\n%s", want, out)

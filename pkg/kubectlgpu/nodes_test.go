@@ -36,7 +36,7 @@ func TestNodesTable(t *testing.T) {
 		"gpu-1 whole", "gpu-2 whole",
 		"gpu-3 mig 1g.10gb×2,3g.40gb",
 		"gpu-4 mps 1/4 (compute 50%, memory 20Gi)",
-		"gpu-7 gpu.dra.dev/unhealthy=XID79:NoExecute",
+		"gpu-7 gpu.dra.dev/unhealthy=XID79-reboot-required:NoExecute",
 	} {
 		if !strings.Contains(nodeA, want) {
 			t.Errorf("node-a row lacks %q:\n%s", want, nodeA)
@@ -106,7 +106,7 @@ func TestNodesJSONAndYAML(t *testing.T) {
 	if m := a.GPUs[4].Usage.Shares[0].Memory; m.String() != "20Gi" {
 		t.Errorf("gpu-4 MPS memory %s, want 20Gi", m.String())
 	}
-	if tt := a.GPUs[7].Taints; len(tt) != 1 || tt[0].String() != "gpu.dra.dev/unhealthy=XID79:NoExecute" {
+	if tt := a.GPUs[7].Taints; len(tt) != 1 || tt[0].String() != "gpu.dra.dev/unhealthy=XID79-reboot-required:NoExecute" {
 		t.Errorf("gpu-7 taints %v", tt)
 	}
 	want := kubectlgpu.Total{Nodes: 2, GPUs: 12, MIGCapable: 8, Free: 6, Tainted: 1, Whole: 3, MIG: 1, TimeSlicing: 1, MPS: 1, MIGDevices: 3, Shares: 3}

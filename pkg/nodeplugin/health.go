@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
@@ -27,10 +26,16 @@ func healthMonitor(ctx context.Context, cfg *Config, hw *hardware, gpus []discov
 	for _, g := range gpus {
 		uuids = append(uuids, g.UUID)
 	}
-	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	// The kernel's boot ID (not namespaced, so a container sees the host's);
+	// a simulated machine keeps its own in its driver root, which its
+	// simulated reboots change.
+	bootIDFile := "/proc/sys/kernel/random/boot_id"
+	if hw.sim != nil {
+		bootIDFile = nvmlsim.BootIDFile(hw.driverRoot)
+	}
 	mon, err := health.NewMonitor(health.Options{
 		NVML: hw.nvml, GPUs: uuids, StateFile: filepath.Join(cfg.PluginDataDir, "health.json"),
-		BootID: strings.TrimSpace(string(bootID)), IgnoredXIDs: ignored,
+		BootIDFile: bootIDFile, IgnoredXIDs: ignored,
 		RecoveryWindow: cfg.HealthRecoveryWindow, OnEvent: m.ObserveHealthEvent,
 	})
 	if mon == nil {

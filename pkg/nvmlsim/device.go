@@ -25,6 +25,9 @@ type gpu struct {
 	// ECC error counters, raised by injected ECC events.
 	eccCorrected   uint64
 	eccUncorrected uint64
+	// recoveryAction is what NVML_FI_DEV_GET_GPU_RECOVERY_ACTION reports: raised by XIDs
+	// (recovery.go), cleared by ResetGPU and Reboot.
+	recoveryAction nvml.DeviceGpuRecoveryAction
 
 	gpuInstances map[uint32]*gpuInstance // by GPU-instance ID
 }
@@ -155,6 +158,7 @@ func (g *gpu) newHandle() *mock.Device {
 	d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return s.pcieWidth, nvml.SUCCESS }
 	d.GetMaxPcieLinkWidthFunc = d.GetCurrPcieLinkWidthFunc
 	d.GetTopologyCommonAncestorFunc = g.commonAncestor
+	d.GetFieldValuesFunc = g.getFieldValues
 
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		total := s.memoryMiB << 20

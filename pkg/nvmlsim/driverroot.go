@@ -74,7 +74,8 @@ var driverBinaries = []string{
 //	of existing instances, version and gpus/<bdf>/information, in the driver's formats;
 //	usr/lib/x86_64-linux-gnu/<library>.so.<driver version> with their SONAME links;
 //	lib/firmware/nvidia/<driver version>/gsp_*.bin;
-//	usr/bin/nvidia-smi (a POSIX sh script, see nvidiasmi.go) and the other utilities.
+//	usr/bin/nvidia-smi (a POSIX sh script, see nvidiasmi.go) and the other utilities;
+//	proc/sys/kernel/random/boot_id, the simulated kernel's boot ID (BootID, changed by Reboot).
 //
 // Device nodes are character devices 1:3 (/dev/null), made with mknod; only where mknod is not
 // permitted (EPERM) are they regular files. WriteDriverRoot is idempotent and leaves unchanged
@@ -172,6 +173,14 @@ func (m *Machine) refreshDriverRoots() {
 func (m *Machine) syncDriverRoot(root string) error {
 	if err := m.writeNvidiaSMI(root); err != nil {
 		return err
+	}
+	// The kernel's boot ID, which Reboot changes; replaced atomically, since the health monitor
+	// reads it while the plugin runs.
+	bootFile, bootID := filepath.Join(root, bootIDPath), m.bootIDLocked()+"\n"
+	if old, err := os.ReadFile(bootFile); err != nil || string(old) != bootID {
+		if err := writeFileAtomicMkdir(bootFile, []byte(bootID), 0o444); err != nil {
+			return err
+		}
 	}
 	for _, g := range m.gpus {
 		if g.spec.mig == nil {

@@ -145,7 +145,8 @@ func (m *Machine) deliverLocked(gpuIndex int, eventType, data uint64, gi, ci uin
 
 // InjectEvent delivers an event of eventType (e.g. nvml.EventTypeXidCriticalError with the XID
 // in data, nvml.EventTypeDoubleBitEccError) on GPU gpuIndex to the event sets registered for it,
-// as the driver would. ECC events also raise the counters GetTotalEccErrors reports. An
+// as the driver would. ECC events also raise the counters GetTotalEccErrors reports, and XIDs
+// the recovery action the GPU reports (XIDRecoveryAction). An
 // out-of-range gpuIndex is ignored.
 func (m *Machine) InjectEvent(gpuIndex int, eventType uint64, data uint64) {
 	m.injectEvent(gpuIndex, eventType, data, noInstance, noInstance)
@@ -164,16 +165,19 @@ func (m *Machine) injectEvent(gpuIndex int, eventType, data uint64, gi, ci uint3
 	if err != nil {
 		return
 	}
-	oldCorrected, oldUncorrected := g.eccCorrected, g.eccUncorrected
+	oldCorrected, oldUncorrected, oldAction := g.eccCorrected, g.eccUncorrected, g.recoveryAction
+	if eventType&nvml.EventTypeXidCriticalError != 0 {
+		g.raiseRecoveryActionLocked(data)
+	}
 	if eventType&nvml.EventTypeSingleBitEccError != 0 {
 		g.eccCorrected++
 	}
 	if eventType&nvml.EventTypeDoubleBitEccError != 0 {
 		g.eccUncorrected++
 	}
-	if g.eccCorrected != oldCorrected || g.eccUncorrected != oldUncorrected {
+	if g.eccCorrected != oldCorrected || g.eccUncorrected != oldUncorrected || g.recoveryAction != oldAction {
 		// Best effort: the event is delivered even if the counters cannot be persisted.
-		_ = m.commit(func() { g.eccCorrected, g.eccUncorrected = oldCorrected, oldUncorrected })
+		_ = m.commit(func() { g.eccCorrected, g.eccUncorrected, g.recoveryAction = oldCorrected, oldUncorrected, oldAction })
 	}
 	m.deliverLocked(gpuIndex, eventType, data, gi, ci)
 }

@@ -15,6 +15,8 @@ type Option func(*options)
 type options struct {
 	seed      string
 	stateFile string
+	// noRecoveryAction: the GPU recovery action field is not supported (older drivers).
+	noRecoveryAction bool
 }
 
 // WithSeed makes the machine's identity (GPU and MIG UUIDs, serial numbers, NVLink cluster UUID)
@@ -46,6 +48,7 @@ type Machine struct {
 	driverVersion     string
 	nvmlVersion       string
 	cudaDriverVersion int
+	noRecoveryAction  bool
 
 	// mu guards everything below and the state reachable from gpus. Operations are in-memory,
 	// plus a small atomic file write when a state file is configured.
@@ -55,6 +58,8 @@ type Machine struct {
 	faults      []*injectedError
 	eventSets   map[*mock.EventSet]*eventSet
 	driverRoots []string
+	// boots counts simulated reboots; the boot ID derives from it.
+	boots int
 }
 
 var _ nvml.Interface = (*Machine)(nil)
@@ -78,6 +83,7 @@ func New(machine string, opts ...Option) (*Machine, error) {
 		nvmlVersion:       upstream.NvmlVersion,
 		cudaDriverVersion: upstream.CudaDriverVersion,
 		eventSets:         map[*mock.EventSet]*eventSet{},
+		noRecoveryAction:  o.noRecoveryAction,
 	}
 	for i := range spec.buses {
 		m.gpus = append(m.gpus, m.newGPU(i))

@@ -48,14 +48,17 @@ type persistedGPU struct {
 	Lost           bool               `json:"lost,omitempty"`
 	EccCorrected   uint64             `json:"eccCorrected,omitempty"`
 	EccUncorrected uint64             `json:"eccUncorrected,omitempty"`
+	RecoveryAction int                `json:"recoveryAction,omitempty"`
 	GpuInstances   []GpuInstanceState `json:"gpuInstances,omitempty"`
 }
 
 type persistedState struct {
-	Version int            `json:"version"`
-	Machine string         `json:"machine"`
-	Seed    string         `json:"seed"`
-	GPUs    []persistedGPU `json:"gpus"`
+	Version int    `json:"version"`
+	Machine string `json:"machine"`
+	Seed    string `json:"seed"`
+	// Boots counts simulated reboots (the boot ID derives from it).
+	Boots int            `json:"boots,omitempty"`
+	GPUs  []persistedGPU `json:"gpus"`
 }
 
 // gpuAt returns GPU index. m.mu must be held.
@@ -127,12 +130,12 @@ func (m *Machine) Timeslice(gpuIndex int) int {
 
 // snapshot returns the persisted form of the machine. m.mu must be held.
 func (m *Machine) snapshot() persistedState {
-	s := persistedState{Version: stateVersion, Machine: m.spec.name, Seed: m.seed}
+	s := persistedState{Version: stateVersion, Machine: m.spec.name, Seed: m.seed, Boots: m.boots}
 	for _, g := range m.gpus {
 		pg := persistedGPU{
 			Index: g.index, UUID: g.uuid, MigMode: g.migCurrent, MigModePending: g.migPending,
 			ComputeMode: int(g.computeMode), Timeslice: g.timeslice, Lost: g.lost,
-			EccCorrected: g.eccCorrected, EccUncorrected: g.eccUncorrected,
+			EccCorrected: g.eccCorrected, EccUncorrected: g.eccUncorrected, RecoveryAction: int(g.recoveryAction),
 		}
 		for _, gi := range g.sortedGpuInstances() {
 			pg.GpuInstances = append(pg.GpuInstances, gi.state())
@@ -204,6 +207,10 @@ func (m *Machine) apply(s *persistedState) error {
 	if len(s.GPUs) != len(m.gpus) {
 		return fmt.Errorf("it has %d GPUs, machine %s has %d", len(s.GPUs), m.spec.name, len(m.gpus))
 	}
+	if s.Boots < 0 {
+		return fmt.Errorf("invalid boots %d", s.Boots)
+	}
+	m.boots = s.Boots
 	for i, pg := range s.GPUs {
 		if pg.Index != i {
 			return fmt.Errorf("GPU entry %d has index %d", i, pg.Index)
@@ -224,6 +231,10 @@ func (g *gpu) apply(pg *persistedGPU) error {
 	}
 	g.computeMode, g.timeslice, g.lost = nvml.ComputeMode(pg.ComputeMode), pg.Timeslice, pg.Lost
 	g.eccCorrected, g.eccUncorrected = pg.EccCorrected, pg.EccUncorrected
+	if pg.RecoveryAction < 0 || pg.RecoveryAction > int(nvml.GPU_RECOVERY_ACTION_SYSTEM_REBOOT) {
+		return fmt.Errorf("invalid recovery action %d", pg.RecoveryAction)
+	}
+	g.recoveryAction = nvml.DeviceGpuRecoveryAction(pg.RecoveryAction)
 	for _, mode := range []int{pg.MigMode, pg.MigModePending} {
 		if mode != nvml.DEVICE_MIG_DISABLE && (mode != nvml.DEVICE_MIG_ENABLE || g.spec.mig == nil) {
 			return fmt.Errorf("invalid MIG mode %d", mode)

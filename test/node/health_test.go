@@ -89,8 +89,10 @@ func injectEvent(t *testing.T, addr, query string) {
 }
 
 // An XID takes a GPU out of scheduling (device taint) and is reported on
-// the kubelet's health stream within a second; the GPU comes back after the
-// recovery window; and the state survives a plugin restart.
+// the kubelet's health stream within a second; the state survives a plugin
+// restart; and since the simulated hardware reports that XID 79 needs a node
+// reboot, the GPU stays tainted past the recovery window and through a GPU
+// reset, and comes back once the node has rebooted (a new boot ID).
 func TestHealthTaintsAndReports(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -137,8 +139,8 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	injectEvent(t, cfg.MetricsAddress, "gpu=0&xid=79")
 	took := eventually(t, time.Second, "taint on "+held, func() bool { return taintOn(t, client, held) != nil })
 	taint := taintOn(t, client, held)
-	if taint.Effect != resourceapi.DeviceTaintEffectNoExecute || taint.Value != "XID79" {
-		t.Errorf("taint = %+v, want XID79 NoExecute (the GPU fell off the bus)", taint)
+	if taint.Effect != resourceapi.DeviceTaintEffectNoExecute || taint.Value != "XID79-reboot-required" {
+		t.Errorf("taint = %+v, want XID79-reboot-required NoExecute (the GPU fell off the bus, NVML asks for a reboot)", taint)
 	}
 	t.Logf("taint published %v after the XID", took)
 	deadline := time.After(time.Second)
@@ -172,7 +174,7 @@ func TestHealthTaintsAndReports(t *testing.T) {
 		t.Error("/metrics names a container that does not use the claim")
 	}
 
-	// A restart keeps the GPU unhealthy until its window passes.
+	// A restart on the same boot keeps the GPU unhealthy.
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,5 +188,17 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	eventually(t, 10*time.Second, "container label in /metrics after restart", func() bool {
 		return strings.Contains(scrape(t, cfg.MetricsAddress), `container="trainer"`)
 	})
-	eventually(t, 10*time.Second, "recovery after the window", func() bool { return taintOn(t, client, held) == nil })
+	// Past the window and a poll (5s), and after a GPU reset and another
+	// poll, the GPU is still tainted: only a reboot ends what NVML asks for.
+	time.Sleep(cfg.HealthRecoveryWindow + 6*time.Second)
+	if taintOn(t, client, held) == nil {
+		t.Fatal("taint lifted by the recovery window, though NVML asks for a node reboot")
+	}
+	injectEvent(t, cfg.MetricsAddress, "gpu=0&reset=true")
+	time.Sleep(6 * time.Second)
+	if tt := taintOn(t, client, held); tt == nil || tt.Value != "XID79-reboot-required" {
+		t.Fatalf("taint after a GPU reset: %+v, want XID79-reboot-required still", tt)
+	}
+	injectEvent(t, cfg.MetricsAddress, "reboot=true")
+	eventually(t, 10*time.Second, "recovery after the reboot", func() bool { return taintOn(t, client, held) == nil })
 }

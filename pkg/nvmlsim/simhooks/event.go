@@ -16,11 +16,19 @@ const EventPath = "/simulate/event"
 // EventHandler injects an NVML event into the simulated GPUs so demos can
 // show a GPU going unhealthy: POST EventPath?gpu=0&xid=79 delivers a
 // critical XID, &lost=true (or false) makes the GPU fall off the bus (or
-// come back).
+// come back), &reset=true performs a GPU reset (nvmlsim.Machine.ResetGPU), and
+// reboot=true (any gpu) a simulated node reboot: a new boot ID and every GPU
+// reset (nvmlsim.Machine.Reboot).
 func EventHandler(sim *nvmlsim.Machine) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		if r.URL.Query().Get("reboot") == "true" {
+			if err := sim.Reboot(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
 			return
 		}
 		gpu, err := strconv.Atoi(r.URL.Query().Get("gpu"))
@@ -31,6 +39,8 @@ func EventHandler(sim *nvmlsim.Machine) http.Handler {
 		switch q := r.URL.Query(); {
 		case q.Get("lost") != "":
 			err = sim.SetGPULost(gpu, q.Get("lost") == "true")
+		case q.Get("reset") == "true":
+			err = sim.ResetGPU(gpu)
 		case q.Get("xid") != "":
 			xid, perr := strconv.ParseUint(q.Get("xid"), 10, 64)
 			if perr != nil {
@@ -39,7 +49,7 @@ func EventHandler(sim *nvmlsim.Machine) http.Handler {
 			}
 			sim.InjectEvent(gpu, nvml.EventTypeXidCriticalError, xid)
 		default:
-			http.Error(w, "give xid=N or lost=true|false", http.StatusBadRequest)
+			http.Error(w, "give xid=N, lost=true|false, reset=true or reboot=true", http.StatusBadRequest)
 			return
 		}
 		if err != nil {

@@ -121,3 +121,40 @@ func TestMPSControl(t *testing.T) {
 		t.Errorf("MPSControl() = %q, want %q", got, beside)
 	}
 }
+
+// TestEventHandlerRecovery: an XID sets the recovery action the simulated GPU
+// reports, reset=true performs a GPU reset (which a pending reboot outlasts),
+// and reboot=true changes the boot ID and clears every action.
+func TestEventHandlerRecovery(t *testing.T) {
+	m := newSim(t, "dgxh100")
+	post := func(query string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		EventHandler(m).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, EventPath+"?"+query, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("POST %s?%s: %d %q", EventPath, query, rec.Code, rec.Body)
+		}
+	}
+	steps := []struct {
+		query  string
+		gpu1   nvml.DeviceGpuRecoveryAction
+		gpu2   nvml.DeviceGpuRecoveryAction
+		reboot bool
+	}{
+		{"gpu=1&xid=48", nvml.GPU_RECOVERY_ACTION_GPU_RESET, nvml.GPU_RECOVERY_ACTION_NONE, false},
+		{"gpu=2&xid=79", nvml.GPU_RECOVERY_ACTION_GPU_RESET, nvml.GPU_RECOVERY_ACTION_NODE_REBOOT, false},
+		{"gpu=1&reset=true", nvml.GPU_RECOVERY_ACTION_NONE, nvml.GPU_RECOVERY_ACTION_NODE_REBOOT, false},
+		{"gpu=2&reset=true", nvml.GPU_RECOVERY_ACTION_NONE, nvml.GPU_RECOVERY_ACTION_NODE_REBOOT, false},
+		{"reboot=true", nvml.GPU_RECOVERY_ACTION_NONE, nvml.GPU_RECOVERY_ACTION_NONE, true},
+	}
+	for _, s := range steps {
+		boot := m.BootID()
+		post(s.query)
+		if got1, got2 := m.RecoveryAction(1), m.RecoveryAction(2); got1 != s.gpu1 || got2 != s.gpu2 {
+			t.Errorf("after %s: recovery actions %d, %d; want %d, %d", s.query, got1, got2, s.gpu1, s.gpu2)
+		}
+		if rebooted := m.BootID() != boot; rebooted != s.reboot {
+			t.Errorf("after %s: boot ID changed %v, want %v", s.query, rebooted, s.reboot)
+		}
+	}
+}
