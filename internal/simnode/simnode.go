@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 )
 
@@ -113,4 +114,20 @@ func Main(m *testing.M) int {
 // Slices are the ResourceSlices the node publishes for driverName.
 func (n *Node) Slices(driverName string) []*resourceapi.ResourceSlice {
 	return devicemodel.ResourceSlices(n.Resources, driverName, n.Name)
+}
+
+// WithStaticMIG creates a MIG instance out of band (as an administrator
+// would) on GPU index gpu with the GPU instance profile and placement, and
+// returns the node discovered anew with it.
+func WithStaticMIG(t testing.TB, n *Node, gpu int, giProfile uint32, pl mig.Placement) (*Node, *mig.Instance) {
+	t.Helper()
+	dev, ret := n.Machine.DeviceGetHandleByIndex(gpu)
+	if ret != nvml.SUCCESS {
+		t.Fatalf("GPU %d: %v", gpu, ret)
+	}
+	inst, err := mig.Create(context.Background(), dev, giProfile, pl)
+	if err != nil {
+		t.Fatalf("create MIG instance on GPU %d: %v", gpu, err)
+	}
+	return Rediscover(t, n), inst
 }

@@ -1,7 +1,6 @@
 package devicemodel_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,13 +186,7 @@ func TestPolicyMIGProfiles(t *testing.T) {
 // MIG instances created out of band make their GPU a static-MIG GPU: it
 // publishes exactly those, without counters, and nothing else.
 func TestStaticMIG(t *testing.T) {
-	n := simnode.New(t, "dgxa100", "node-1")
-	dev, _ := n.Machine.DeviceGetHandleByIndex(3)
-	inst, err := mig.Create(context.Background(), dev, 9, mig.Placement{Start: 4, Size: 4}) // 3g.20gb
-	if err != nil {
-		t.Fatal(err)
-	}
-	n = simnode.Rediscover(t, n)
+	n, inst := simnode.WithStaticMIG(t, simnode.New(t, "dgxa100", "node-1"), 3, 9, mig.Placement{Start: 4, Size: 4}) // 3g.20gb
 	published, _ := devicemodel.Model(n.GPUs, devicemodel.Options{NodeName: "node-1"})
 	got := deviceNames(published, "gpu-3")
 	if len(got) != 1 || got[0] != fmt.Sprintf("gpu-3-mig-gi%d-ci%d", inst.GIID, inst.CIID) {

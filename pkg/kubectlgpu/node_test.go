@@ -188,13 +188,7 @@ func TestFreeMIGPlacementsAfterOne1g(t *testing.T) {
 // A GPU partitioned out of band publishes only its static MIG devices:
 // no whole GPU, no counters. They are free until allocated.
 func TestStaticMIG(t *testing.T) {
-	n := simnode.New(t, "dgxa100", "node-s")
-	dev, _ := n.Machine.DeviceGetHandleByIndex(3)
-	inst, err := mig.Create(context.Background(), dev, 9, mig.Placement{Start: 4, Size: 4}) // 3g.20gb
-	if err != nil {
-		t.Fatal(err)
-	}
-	n = simnode.Rediscover(t, n)
+	n, inst := simnode.WithStaticMIG(t, simnode.New(t, "dgxa100", "node-s"), 3, 9, mig.Placement{Start: 4, Size: 4}) // 3g.20gb
 	f := &fixture{t: t, classes: deviceclass.DeviceClasses(driverName)}
 	for i, s := range n.Slices(driverName) {
 		s.Name = fmt.Sprintf("%s%c", s.GenerateName, 'a'+i)
