@@ -325,21 +325,10 @@ func (m *MPSManager) Release(ctx context.Context, dev DeviceRef, shareID string)
 	ctx = klog.NewContext(ctx, logger)
 	unlock := m.locks.Lock(dev.UUID)
 	defer unlock()
-	p := m.paths(dev.UUID)
 	var st mpsState
-	found, err := readState(p.state, &st)
-	if err != nil || !found {
+	if last, err := dropShare(m.paths(dev.UUID).state, &st, shareID); err != nil || !last {
 		return err
 	}
-	shares, removed := removeShare(st.Shares, shareID)
-	if len(shares) > 0 {
-		if !removed {
-			return nil
-		}
-		st.Shares = shares
-		return writeState(p.state, &st)
-	}
-	st.Shares = shares
 	if err := m.teardown(ctx, &st); err != nil {
 		return fmt.Errorf("release MPS share %q: %w", shareID, err)
 	}

@@ -64,6 +64,33 @@ func removeShare(shares []string, id string) ([]string, bool) {
 	return slices.Delete(shares, i, i+1), true
 }
 
+// shareState is a device's recorded state, with its sorted share IDs.
+type shareState interface{ shareIDs() *[]string }
+
+func (st *mpsState) shareIDs() *[]string { return &st.Shares }
+func (st *tsState) shareIDs() *[]string  { return &st.Shares }
+
+// dropShare removes share id from the device state recorded at path and
+// saves what remains. last says the device's last share is gone: the state
+// (read into st, with no shares) is then not saved, for the caller to undo
+// the device's setup and remove it. An unknown state or share is no change.
+func dropShare(path string, st shareState, id string) (last bool, err error) {
+	found, err := readState(path, st)
+	if err != nil || !found {
+		return false, err
+	}
+	shares, removed := removeShare(*st.shareIDs(), id)
+	*st.shareIDs() = shares
+	switch {
+	case len(shares) == 0:
+		return true, nil
+	case !removed:
+		return false, nil
+	default:
+		return false, writeState(path, st)
+	}
+}
+
 // liveShares groups the live shares by device UUID, as sorted sets.
 func liveShares(live []ShareRef) (map[string][]string, map[string]DeviceRef) {
 	ids := map[string][]string{}

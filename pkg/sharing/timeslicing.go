@@ -229,21 +229,10 @@ func (m *TimeSlicingManager) Release(ctx context.Context, gpu DeviceRef, shareID
 	}
 	unlock := m.locks.Lock(gpu.UUID)
 	defer unlock()
-	path := m.statePath(gpu.UUID)
 	var st tsState
-	found, err := readState(path, &st)
-	if err != nil || !found {
+	if last, err := dropShare(m.statePath(gpu.UUID), &st, shareID); err != nil || !last {
 		return err
 	}
-	shares, removed := removeShare(st.Shares, shareID)
-	if len(shares) > 0 {
-		if !removed {
-			return nil
-		}
-		st.Shares = shares
-		return writeState(path, &st)
-	}
-	st.Shares = shares
 	if err := m.restore(ctx, &st); err != nil {
 		return fmt.Errorf("release time-slice share %q: %w", shareID, err)
 	}
