@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 
@@ -90,6 +91,16 @@ func WithHostDriverRoot(hostRoot string) Option {
 type writer struct {
 	specDir string
 	builder specBuilder
+
+	// dirMu guards dirReady and fileOpts: the spec directory is created
+	// and its file system looked at once, not on every write.
+	dirMu    sync.Mutex
+	dirReady bool
+	// fileOpts are the atomicfile options for specs: Volatile on a file
+	// system a reboot erases (the default /var/run/cdi is tmpfs), since
+	// the claims a spec serves do not survive a reboot either (see
+	// docs/cdi.md).
+	fileOpts []atomicfile.Option
 }
 
 // specFileMode is the permission of spec files; runtimes read them as root,
@@ -142,12 +153,11 @@ func (w *writer) WriteClaimSpec(ctx context.Context, claim ClaimInfo, devices []
 	if err != nil {
 		return nil, err
 	}
-	data, err := json.MarshalIndent(spec, "", "  ")
+	// Compact: the CDI library's YAML reader, here and in the runtime,
+	// costs in proportion to the bytes, indentation included.
+	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode CDI spec for claim %s: %w", claim.UID, err)
-	}
-	if err := os.MkdirAll(w.specDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create CDI spec directory: %w", err)
 	}
 	specPath := w.specPath(claim.UID)
 	// Validate the exact bytes with the CDI library's own reader, as
@@ -156,11 +166,45 @@ func (w *writer) WriteClaimSpec(ctx context.Context, claim ClaimInfo, devices []
 		_, err := cdiapi.ReadSpec(tmpPath, 0)
 		return err
 	}
-	if err := atomicfile.WriteFile(specPath, data, specFileMode, atomicfile.WithVerify(validate)); err != nil {
-		return nil, fmt.Errorf("write CDI spec for claim %s: %w", claim.UID, err)
+	for try := 0; ; try++ {
+		fileOpts, err := w.prepareDir(try > 0)
+		if err != nil {
+			return nil, err
+		}
+		err = atomicfile.WriteFile(specPath, data, specFileMode, append(fileOpts, atomicfile.WithVerify(validate))...)
+		if err == nil {
+			break
+		}
+		if try > 0 || !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("write CDI spec for claim %s: %w", claim.UID, err)
+		}
+		// The directory was removed since it was created: again.
 	}
 	klog.FromContext(ctx).V(4).Info("Wrote CDI spec", "claimUID", claim.UID, "path", specPath, "devices", ids)
 	return ids, nil
+}
+
+// prepareDir creates the spec directory, the first time or again, and
+// returns the options of the specs' files on its file system.
+func (w *writer) prepareDir(again bool) ([]atomicfile.Option, error) {
+	w.dirMu.Lock()
+	defer w.dirMu.Unlock()
+	if w.dirReady && !again {
+		return w.fileOpts, nil
+	}
+	if err := os.MkdirAll(w.specDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create CDI spec directory: %w", err)
+	}
+	volatile, err := volatileFS(w.specDir)
+	if err != nil {
+		return nil, fmt.Errorf("find the file system of CDI spec directory %s: %w", w.specDir, err)
+	}
+	w.fileOpts = nil
+	if volatile {
+		w.fileOpts = []atomicfile.Option{atomicfile.Volatile()}
+	}
+	w.dirReady = true
+	return w.fileOpts, nil
 }
 
 // RemoveClaimSpec implements Writer.
@@ -172,7 +216,10 @@ func (w *writer) RemoveClaimSpec(ctx context.Context, claimUID types.UID) error 
 		return err
 	}
 	specPath := w.specPath(claimUID)
-	if err := atomicfile.Remove(specPath); err != nil {
+	w.dirMu.Lock()
+	fileOpts := w.fileOpts
+	w.dirMu.Unlock()
+	if err := atomicfile.Remove(specPath, fileOpts...); err != nil {
 		return fmt.Errorf("remove CDI spec for claim %s: %w", claimUID, err)
 	}
 	if err := atomicfile.RemoveTemps(specPath); err != nil {
