@@ -36,6 +36,10 @@ type Writer interface {
 	// by claim UID, for reconciliation with the checkpoint. Files that are
 	// not this driver's claim specs are ignored.
 	ListClaimSpecs(ctx context.Context) ([]ClaimSpecInfo, error)
+	// RemoveTemps removes the temporary files of claim spec writes that a
+	// crash interrupted. Call it only while no write is in progress (at
+	// start, before anything is prepared).
+	RemoveTemps(ctx context.Context) error
 }
 
 // ClaimSpecInfo describes a claim spec found in the spec directory.
@@ -153,9 +157,7 @@ func (w *writer) WriteClaimSpec(ctx context.Context, claim ClaimInfo, devices []
 	if err != nil {
 		return nil, err
 	}
-	// Compact: the CDI library's YAML reader, here and in the runtime,
-	// costs in proportion to the bytes, indentation included.
-	data, err := json.Marshal(spec)
+	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode CDI spec for claim %s: %w", claim.UID, err)
 	}
@@ -256,6 +258,34 @@ func (w *writer) ListClaimSpecs(ctx context.Context) ([]ClaimSpecInfo, error) {
 		return strings.Compare(string(a.Claim.UID), string(b.Claim.UID))
 	})
 	return infos, nil
+}
+
+// RemoveTemps implements Writer.
+func (w *writer) RemoveTemps(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(w.specDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list CDI spec directory: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !atomicfile.IsTemp(name) || !strings.HasPrefix(name, "."+specFilePrefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(w.specDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove temporary CDI spec files: %w", err)
+	}
+	return nil
 }
 
 // readClaimSpec reads the spec file at specPath, named for claim uid. It

@@ -2,8 +2,11 @@ package prepare
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 )
 
@@ -53,4 +56,25 @@ func TestPrepareStartedSavedOnlyWhenWorkOutlivesACrash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A crash while a spec is written leaves its temporary file, which no
+// record names when the claim's PrepareStarted was not saved: the next
+// start removes it, and leaves complete specs and other vendors' files.
+func TestRecoveryRemovesInterruptedSpecWrites(t *testing.T) {
+	opts, node := testOptions(t, Options{})
+	d := startTestDriver(t, opts, node)
+	if err := prepareOne(t, d, allocated("kept", []string{"gpu-0"})); err != nil {
+		t.Fatal(err)
+	}
+	specDir := filepath.Join(filepath.Dir(opts.CheckpointPath), "cdi")
+	kept := "k8s.gpu.dra.dev-gpu_kept-uid.json"
+	other := ".nvidia.com-gpu.json.tmp-7"
+	for _, name := range []string{".k8s.gpu.dra.dev-gpu_crashed-uid.json.tmp-123", "." + kept + ".tmp-9", other} {
+		if err := os.WriteFile(filepath.Join(specDir, name), []byte(`{"cdiVersion":`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startTestDriver(t, opts, node)
+	testfs.AssertEntries(t, specDir, kept, other)
 }
