@@ -60,13 +60,10 @@ func WithVerify(verify func(tmpPath string) error) Option {
 func WriteFile(path string, data []byte, perm os.FileMode, opts ...Option) (err error) {
 	o := collect(opts)
 
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	dir := filepath.Dir(path)
+	tmp, err := CreateTemp(path)
 	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
+		return err
 	}
 	tmpPath := tmp.Name()
 	defer func() {
@@ -107,6 +104,20 @@ func WriteFile(path string, data []byte, perm os.FileMode, opts ...Option) (err 
 		return fmt.Errorf("sync directory of %s: %w", path, err)
 	}
 	return nil
+}
+
+// CreateTemp creates a temporary file beside path, named as WriteFile names
+// its own (IsTemp, RemoveTemps find it). The caller closes and removes it.
+func CreateTemp(path string) (*os.File, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	return tmp, nil
 }
 
 // Rename renames oldPath to newPath and fsyncs the directories involved, so

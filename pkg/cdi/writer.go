@@ -105,6 +105,8 @@ type writer struct {
 	// the claims a spec serves do not survive a reboot either (see
 	// docs/cdi.md).
 	fileOpts []atomicfile.Option
+
+	validator specValidator
 }
 
 // specFileMode is the permission of spec files; runtimes read them as root,
@@ -162,12 +164,9 @@ func (w *writer) WriteClaimSpec(ctx context.Context, claim ClaimInfo, devices []
 		return nil, fmt.Errorf("encode CDI spec for claim %s: %w", claim.UID, err)
 	}
 	specPath := w.specPath(claim.UID)
-	// Validate the exact bytes with the CDI library's own reader, as
-	// runtimes will read them, before the file becomes visible.
-	validate := func(tmpPath string) error {
-		_, err := cdiapi.ReadSpec(tmpPath, 0)
-		return err
-	}
+	// Validate with the CDI library's own reader, as runtimes will read
+	// the spec, before the file becomes visible.
+	validate := func(tmpPath string) error { return w.validator.check(specPath, tmpPath, spec) }
 	for try := 0; ; try++ {
 		fileOpts, err := w.prepareDir(try > 0)
 		if err != nil {
