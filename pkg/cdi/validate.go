@@ -42,7 +42,7 @@ func (v *specValidator) check(specPath, tmpPath string, spec *cdispec.Spec) erro
 	}
 	rest := *spec
 	rest.ContainerEdits.Mounts = nil
-	data, err := json.MarshalIndent(&rest, "", "  ")
+	data, err := json.Marshal(&rest)
 	if err != nil {
 		return fmt.Errorf("encode CDI spec without its driver mounts: %w", err)
 	}
