@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 
@@ -54,8 +55,7 @@ func (v *specValidator) knows(mounts []*cdispec.Mount) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.valid && slices.EqualFunc(v.mounts, mounts, func(a cdispec.Mount, b *cdispec.Mount) bool {
-		return b != nil && a.HostPath == b.HostPath && a.ContainerPath == b.ContainerPath &&
-			a.Type == b.Type && slices.Equal(a.Options, b.Options)
+		return b != nil && reflect.DeepEqual(a, *b) // every field, those of later CDI versions too
 	})
 }
 
