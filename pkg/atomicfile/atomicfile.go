@@ -24,6 +24,25 @@ type Option func(*options)
 
 type options struct {
 	verify func(tmpPath string) error
+	noSync bool
+}
+
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// Volatile is for files on a file system that a reboot erases (tmpfs,
+// ramfs): the fsyncs of the file and its directory are left out, since
+// there is no disk for them to reach. The temporary file and the rename
+// stay, so other processes and a restart after a crash of this process
+// still see the old or the new content, never a partial file: a process
+// crash loses nothing the kernel was given.
+func Volatile() Option {
+	return func(o *options) { o.noSync = true }
 }
 
 // WithVerify makes WriteFile call verify with the path of the fully written
@@ -39,18 +58,12 @@ func WithVerify(verify func(tmpPath string) error) Option {
 // calls for the same path do not corrupt it (the last rename wins), but the
 // caller is responsible for ordering them.
 func WriteFile(path string, data []byte, perm os.FileMode, opts ...Option) (err error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := collect(opts)
 
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	dir := filepath.Dir(path)
+	tmp, err := CreateTemp(path)
 	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
+		return err
 	}
 	tmpPath := tmp.Name()
 	defer func() {
@@ -66,8 +79,10 @@ func WriteFile(path string, data []byte, perm os.FileMode, opts ...Option) (err 
 	if _, err := tmp.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmpPath, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmpPath, err)
+	if !o.noSync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", tmpPath, err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmpPath, err)
@@ -80,12 +95,29 @@ func WriteFile(path string, data []byte, perm os.FileMode, opts ...Option) (err 
 	if err := os.Rename(tmpPath, path); err != nil {
 		return fmt.Errorf("replace %s: %w", path, err)
 	}
+	if o.noSync {
+		return nil
+	}
 	if err := syncDir(dir); err != nil {
 		// The new content is in place; only its durability is in doubt.
 		// Do not remove anything, but report the failure.
 		return fmt.Errorf("sync directory of %s: %w", path, err)
 	}
 	return nil
+}
+
+// CreateTemp creates a temporary file beside path, named as WriteFile names
+// its own (IsTemp, RemoveTemps find it). The caller closes and removes it.
+func CreateTemp(path string) (*os.File, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	return tmp, nil
 }
 
 // Rename renames oldPath to newPath and fsyncs the directories involved, so
@@ -106,14 +138,18 @@ func Rename(oldPath, newPath string) error {
 	return nil
 }
 
-// Remove removes path and fsyncs its directory. A path that does not exist
-// is not an error, so Remove is idempotent.
-func Remove(path string) error {
+// Remove removes path and fsyncs its directory (not with Volatile). A path
+// that does not exist is not an error, so Remove is idempotent. WithVerify
+// does not apply.
+func Remove(path string, opts ...Option) error {
 	if err := os.Remove(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		return err
+	}
+	if collect(opts).noSync {
+		return nil
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("sync directory of %s: %w", path, err)

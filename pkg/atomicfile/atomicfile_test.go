@@ -24,6 +24,17 @@ func TestWriteFile(t *testing.T) {
 			existing: []byte("old content that is longer"),
 			want:     []byte("new"),
 		},
+		"replace, volatile": {
+			existing: []byte("old content that is longer"),
+			opts:     []Option{Volatile()},
+			want:     []byte("new"),
+		},
+		"volatile, verify rejects": {
+			existing: []byte("old"),
+			opts:     []Option{Volatile(), WithVerify(func(string) error { return errVerify })},
+			wantErr:  errVerify,
+			want:     []byte("old"),
+		},
 		"verify accepts": {
 			existing: []byte("old"),
 			opts: []Option{WithVerify(func(tmp string) error {

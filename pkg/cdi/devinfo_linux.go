@@ -31,3 +31,13 @@ func deviceInfo(fi fs.FileInfo) (devInfo, error) {
 		perm:    fi.Mode().Perm(),
 	}, nil
 }
+
+// volatileFS reports whether dir is on a file system that a reboot erases
+// (tmpfs, ramfs), where fsyncs reach no disk.
+func volatileFS(dir string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, err
+	}
+	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC, nil
+}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 
@@ -35,6 +36,10 @@ type Writer interface {
 	// by claim UID, for reconciliation with the checkpoint. Files that are
 	// not this driver's claim specs are ignored.
 	ListClaimSpecs(ctx context.Context) ([]ClaimSpecInfo, error)
+	// RemoveTemps removes the temporary files of claim spec writes that a
+	// crash interrupted. Call it only while no write is in progress (at
+	// start, before anything is prepared).
+	RemoveTemps(ctx context.Context) error
 }
 
 // ClaimSpecInfo describes a claim spec found in the spec directory.
@@ -90,6 +95,18 @@ func WithHostDriverRoot(hostRoot string) Option {
 type writer struct {
 	specDir string
 	builder specBuilder
+
+	// dirMu guards dirReady and fileOpts: the spec directory is created
+	// and its file system looked at once, not on every write.
+	dirMu    sync.Mutex
+	dirReady bool
+	// fileOpts are the atomicfile options for specs: Volatile on a file
+	// system a reboot erases (the default /var/run/cdi is tmpfs), since
+	// the claims a spec serves do not survive a reboot either (see
+	// docs/cdi.md).
+	fileOpts []atomicfile.Option
+
+	validator specValidator
 }
 
 // specFileMode is the permission of spec files; runtimes read them as root,
@@ -146,21 +163,49 @@ func (w *writer) WriteClaimSpec(ctx context.Context, claim ClaimInfo, devices []
 	if err != nil {
 		return nil, fmt.Errorf("encode CDI spec for claim %s: %w", claim.UID, err)
 	}
-	if err := os.MkdirAll(w.specDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create CDI spec directory: %w", err)
-	}
 	specPath := w.specPath(claim.UID)
-	// Validate the exact bytes with the CDI library's own reader, as
-	// runtimes will read them, before the file becomes visible.
-	validate := func(tmpPath string) error {
-		_, err := cdiapi.ReadSpec(tmpPath, 0)
-		return err
-	}
-	if err := atomicfile.WriteFile(specPath, data, specFileMode, atomicfile.WithVerify(validate)); err != nil {
-		return nil, fmt.Errorf("write CDI spec for claim %s: %w", claim.UID, err)
+	// Validate with the CDI library's own reader, as runtimes will read
+	// the spec, before the file becomes visible.
+	validate := func(tmpPath string) error { return w.validator.check(specPath, tmpPath, spec) }
+	for try := 0; ; try++ {
+		fileOpts, err := w.prepareDir(try > 0)
+		if err != nil {
+			return nil, err
+		}
+		err = atomicfile.WriteFile(specPath, data, specFileMode, append(fileOpts, atomicfile.WithVerify(validate))...)
+		if err == nil {
+			break
+		}
+		if try > 0 || !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("write CDI spec for claim %s: %w", claim.UID, err)
+		}
+		// The directory was removed since it was created: again.
 	}
 	klog.FromContext(ctx).V(4).Info("Wrote CDI spec", "claimUID", claim.UID, "path", specPath, "devices", ids)
 	return ids, nil
+}
+
+// prepareDir creates the spec directory, the first time or again, and
+// returns the options of the specs' files on its file system.
+func (w *writer) prepareDir(again bool) ([]atomicfile.Option, error) {
+	w.dirMu.Lock()
+	defer w.dirMu.Unlock()
+	if w.dirReady && !again {
+		return w.fileOpts, nil
+	}
+	if err := os.MkdirAll(w.specDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create CDI spec directory: %w", err)
+	}
+	volatile, err := volatileFS(w.specDir)
+	if err != nil {
+		return nil, fmt.Errorf("find the file system of CDI spec directory %s: %w", w.specDir, err)
+	}
+	w.fileOpts = nil
+	if volatile {
+		w.fileOpts = []atomicfile.Option{atomicfile.Volatile()}
+	}
+	w.dirReady = true
+	return w.fileOpts, nil
 }
 
 // RemoveClaimSpec implements Writer.
@@ -172,7 +217,10 @@ func (w *writer) RemoveClaimSpec(ctx context.Context, claimUID types.UID) error 
 		return err
 	}
 	specPath := w.specPath(claimUID)
-	if err := atomicfile.Remove(specPath); err != nil {
+	w.dirMu.Lock()
+	fileOpts := w.fileOpts
+	w.dirMu.Unlock()
+	if err := atomicfile.Remove(specPath, fileOpts...); err != nil {
 		return fmt.Errorf("remove CDI spec for claim %s: %w", claimUID, err)
 	}
 	if err := atomicfile.RemoveTemps(specPath); err != nil {
@@ -209,6 +257,34 @@ func (w *writer) ListClaimSpecs(ctx context.Context) ([]ClaimSpecInfo, error) {
 		return strings.Compare(string(a.Claim.UID), string(b.Claim.UID))
 	})
 	return infos, nil
+}
+
+// RemoveTemps implements Writer.
+func (w *writer) RemoveTemps(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(w.specDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list CDI spec directory: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !atomicfile.IsTemp(name) || !strings.HasPrefix(name, "."+specFilePrefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(w.specDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove temporary CDI spec files: %w", err)
+	}
+	return nil
 }
 
 // readClaimSpec reads the spec file at specPath, named for claim uid. It

@@ -112,7 +112,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.AddHardwareFlags(fs)
 	fs.StringVar(&c.DriverName, "driver-name", vocabulary.DriverName, "DRA driver name published in ResourceSlices and used for the kubelet registration.")
 	fs.StringVar(&c.NodeName, "node-name", "", "Name of the node this plugin runs on; names the resource pool.")
-	c.Options.AddFlags(fs, 50, 100, "API client QPS. The kubelet helper GETs each claim on prepare through this client; client-go's default of 5 makes each prepare wait ~200 ms.")
+	c.Options.AddFlags(fs, 100, 400, "API client QPS. The kubelet helper GETs each claim on prepare through this client; client-go's default of 5 makes each prepare wait ~200 ms. The burst lets a node's worth of claims prepared at once (200 one-GPU claims) go unthrottled.")
 	fs.StringVar(&c.PluginDataDir, "plugin-data-dir", filepath.Join("/var/lib/kubelet/plugins", vocabulary.DriverName), "Directory for the plugin socket, checkpoint and simulation state.")
 	fs.StringVar(&c.RegistrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for transient CDI specs, read by the container runtime.")

@@ -36,6 +36,12 @@ type kindHandler interface {
 	// what every kind gets (the GPU's node, the share's edits); pub is nil
 	// when the device is not published at this start.
 	containerEdits(d *Engine, pub *devicemodel.Published, pd *checkpoint.PreparedDevice, cd *cdi.ClaimDevice) error
+	// durableStart says whether the PrepareStarted record must be durable
+	// before prepare's work: true when that work leaves something outside
+	// the CDI spec that outlives a crash of the plugin and must be found
+	// and undone (a MIG instance, a sharing setting, an MPS daemon).
+	// Recovery finds an orphaned spec by itself (docs/checkpoint.md).
+	durableStart() bool
 	// strategy is the sharing strategy the plugin sets up for the device,
 	// "" for none.
 	strategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy

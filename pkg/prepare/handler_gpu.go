@@ -41,6 +41,10 @@ func (gpuHandler) containerEdits(*Engine, *devicemodel.Published, *checkpoint.Pr
 	return nil
 }
 
+// durableStart: turning MIG mode off is the only work beside the spec, and
+// nothing undoes it (unprepare leaves MIG mode as it is).
+func (gpuHandler) durableStart() bool { return false }
+
 func (gpuHandler) strategy(*checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy { return "" }
 
 // conflict: a whole GPU excludes every other device of it.

@@ -125,6 +125,10 @@ func (migHandler) containerEdits(d *Engine, pub *devicemodel.Published, pd *chec
 	return nil
 }
 
+// durableStart: the MIG instance (and an MPS daemon inside it) outlives a
+// crash; the record, with the intent file, is how it is found again.
+func (migHandler) durableStart() bool { return true }
+
 func (migHandler) strategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy {
 	return mpsInsideMIG(pd)
 }

@@ -68,6 +68,10 @@ func (shareHandler) containerEdits(*Engine, *devicemodel.Published, *checkpoint.
 	return nil
 }
 
+// durableStart: time-slice settings and MPS daemons outlive a crash, and
+// reconciling them at start trusts the records.
+func (shareHandler) durableStart() bool { return true }
+
 func (h shareHandler) strategy(*checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy { return h.want }
 
 // conflict: shares of one strategy on one GPU coexist; one GPU runs in one

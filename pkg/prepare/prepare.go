@@ -69,7 +69,7 @@ func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
 		State: checkpoint.PrepareStarted, Devices: planned,
 	}
-	if err := d.put(ctx, entry); err != nil {
+	if err := d.recordStart(ctx, entry); err != nil {
 		return nil, err
 	}
 	d.fault(FaultPrepareStarted)
@@ -94,6 +94,23 @@ func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	d.fault(FaultPrepareCompleted)
 	logger.Info("Prepared claim", "devices", deviceNames(entry.Devices))
 	return kubeletDevices(entry.Devices), nil
+}
+
+// recordStart records entry as PrepareStarted: durably when one of its
+// devices' work outlives a crash beyond the CDI spec, otherwise in memory
+// only, where it reserves the devices. A crash then leaves no record (or
+// the one a later save of another claim's change took along): recovery
+// removes the orphaned spec, as it does after a durable PrepareStarted.
+func (d *Engine) recordStart(ctx context.Context, entry *checkpoint.PreparedClaim) error {
+	for i := range entry.Devices {
+		if h, err := handlerOf(&entry.Devices[i]); err != nil || h.durableStart() {
+			return d.put(ctx, entry)
+		}
+	}
+	d.mu.Lock()
+	d.cp.Put(cloneClaim(entry))
+	d.mu.Unlock()
+	return nil
 }
 
 // alreadyPrepared returns the recorded result of a completed preparation of

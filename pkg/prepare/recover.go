@@ -29,6 +29,12 @@ import (
 // prepared: a rebuilt checkpoint is saved before anything is removed.
 func (d *Engine) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	// A write of a spec interrupted by the crash left a temporary file,
+	// which no runtime reads; its claim has no record, or one recovery
+	// deals with below (a whole GPU's PrepareStarted is not saved).
+	if err := d.opts.CDI.RemoveTemps(ctx); err != nil {
+		logger.Error(err, "Cannot remove temporary CDI spec files; they are never read")
+	}
 	specs, err := d.opts.CDI.ListClaimSpecs(ctx)
 	if err != nil {
 		return fmt.Errorf("list CDI specs: %w", err)
