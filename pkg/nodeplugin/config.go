@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -80,6 +81,16 @@ type Config struct {
 	MetricsCertFile      string
 	MetricsKeyFile       string
 
+	// ProbeAddress serves the kubelet's /readyz and /livez probes (plain
+	// HTTP, no credentials; empty: off). Checks of the DRA and registration
+	// sockets and of NVML run every ProbePeriod, each bounded by
+	// ProbeTimeout; /livez fails after LivenessFailureThreshold
+	// consecutive failed rounds (pkg/liveness).
+	ProbeAddress             string
+	ProbePeriod              time.Duration
+	ProbeTimeout             time.Duration
+	LivenessFailureThreshold int
+
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
 	// PrintSlices prints the ResourceSlices and exits without an API server.
@@ -134,6 +145,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		" (HTTPS; a bearer token the API server authenticates with a TokenReview, whose user may get the non-resource URL /metrics, or post /simulate/event, by a SubjectAccessReview; docs/telemetry.md).")
 	fs.StringVar(&c.MetricsCertFile, "metrics-tls-cert-file", "", "HTTPS serving certificate of the metrics address (with --metrics-tls-key-file); empty with --metrics-auth=delegated: a self-signed one generated at start.")
 	fs.StringVar(&c.MetricsKeyFile, "metrics-tls-key-file", "", "Private key of --metrics-tls-cert-file.")
+	fs.StringVar(&c.ProbeAddress, "probe-address", ":8081", "Address for the kubelet's readiness (/readyz) and liveness (/livez) probes, plain HTTP without credentials; the answers name the checks (DRA socket, registration socket, NVML) and say ok or failed, nothing else. Empty disables it.")
+	fs.DurationVar(&c.ProbePeriod, "probe-period", liveness.DefaultPeriod, "How often the probe checks run: the DRA and registration sockets answer a call, NVML answers DeviceGetCount.")
+	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", liveness.DefaultTimeout, "How long a probe check may take before it counts as failed (a hung NVML call); at most --probe-period.")
+	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -195,6 +210,11 @@ func (c *Config) Validate() error {
 	}
 	if (c.MetricsCertFile == "") != (c.MetricsKeyFile == "") {
 		return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-key-file go together (got %q and %q)", c.MetricsCertFile, c.MetricsKeyFile)
+	}
+	if c.ProbeAddress != "" {
+		if _, err := c.prober(nil); err != nil {
+			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
+		}
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)

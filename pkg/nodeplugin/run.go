@@ -108,6 +108,8 @@ func Run(ctx context.Context, cfg *Config) error {
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
+		kubeletplugin.PluginSocket(draSocketFile),
+		kubeletplugin.RegistrarSocketFilename(cfg.registrationSocketFile()),
 		// The driver locks per GPU; serializing all calls would make every
 		// claim wait for the slowest one on any GPU.
 		kubeletplugin.Serialize(false),
@@ -130,6 +132,11 @@ func Run(ctx context.Context, cfg *Config) error {
 			MIGDeviceName: devicemodel.StaticMIGDeviceName,
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
+	}
+	if cfg.ProbeAddress != "" {
+		if err := serveProbes(ctx, cfg, hw, cancel); err != nil {
+			return err
+		}
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(node.gpus))
 

@@ -83,6 +83,7 @@ func (g *gpu) sortedGpuInstances() []*gpuInstance {
 // injected error.
 func (m *Machine) deviceGuard(index int, prefix string) guard {
 	return func(method string) (nvml.Return, bool) {
+		m.waitWhileHung()
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if ret := m.checkInit(); ret != nvml.SUCCESS {

@@ -40,6 +40,7 @@ func (m *Machine) eventSetCreate() (nvml.EventSet, nvml.Return) {
 		return nvml.SUCCESS
 	}
 	finishMock(h, "EventSet", func(method string) (nvml.Return, bool) {
+		m.waitWhileHung()
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if ret := m.checkInit(); ret != nvml.SUCCESS {

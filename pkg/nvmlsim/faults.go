@@ -89,3 +89,42 @@ func (m *Machine) GPULost(gpuIndex int) bool {
 	g, err := m.gpuAt(gpuIndex)
 	return err == nil && g.lost
 }
+
+// Hang makes every NVML call (on the Interface and on every handle) block until Release, as a
+// wedged driver or GPU leaves the calls of a real plugin: liveness probes must notice it. Calls
+// already running finish; the machine's own methods (InjectEvent, SetGPULost, ...) do not block.
+// The hang lives in this process only, not in the state file: a restarted plugin is not hung.
+func (m *Machine) Hang() {
+	m.hangMu.Lock()
+	defer m.hangMu.Unlock()
+	if m.hung == nil {
+		m.hung = make(chan struct{})
+	}
+}
+
+// Release ends a Hang: the blocked calls go on.
+func (m *Machine) Release() {
+	m.hangMu.Lock()
+	defer m.hangMu.Unlock()
+	if m.hung != nil {
+		close(m.hung)
+		m.hung = nil
+	}
+}
+
+// Hung reports whether NVML calls hang.
+func (m *Machine) Hung() bool {
+	m.hangMu.Lock()
+	defer m.hangMu.Unlock()
+	return m.hung != nil
+}
+
+// waitWhileHung blocks while NVML calls hang. It must be called without m.mu held.
+func (m *Machine) waitWhileHung() {
+	m.hangMu.Lock()
+	ch := m.hung
+	m.hangMu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}

@@ -187,3 +187,50 @@ func TestEvents(t *testing.T) {
 	}
 	m.InjectEvent(0, nvml.EventTypeXidCriticalError, 13) // no registered set: dropped
 }
+
+// TestHang: while hung, Interface calls, handle calls and event waits block
+// (without holding the machine lock: the machine's own methods still
+// work), and all of them go on after Release.
+func TestHang(t *testing.T) {
+	m := started(t, "dgxh100")
+	d := device(t, m, 0)
+	set, ret := m.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		t.Fatalf("EventSetCreate: %v", ret)
+	}
+	m.Hang()
+	m.Hang() // idempotent
+	calls := map[string]func() nvml.Return{
+		"DeviceGetCount":   func() nvml.Return { _, r := m.DeviceGetCount(); return r },
+		"Device.GetUUID":   func() nvml.Return { _, r := d.GetUUID(); return r },
+		"EventSet.Wait":    func() nvml.Return { _, r := set.Wait(1); return r },
+		"DeviceGetUUID(d)": func() nvml.Return { _, r := m.DeviceGetUUID(d); return r },
+	}
+	var wg sync.WaitGroup
+	returned := make(chan string, len(calls))
+	for name, call := range calls {
+		wg.Add(1)
+		go func() { defer wg.Done(); call(); returned <- name }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case name := <-returned:
+		t.Fatalf("%s returned while NVML hangs", name)
+	default:
+	}
+	if m.GPUCount() == 0 || !m.Hung() {
+		t.Fatal("the machine's own methods must work while NVML hangs")
+	}
+	m.Release()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		t.Fatal("calls still blocked after Release")
+	}
+	if m.Hung() {
+		t.Error("Hung after Release")
+	}
+	m.Release() // idempotent
+}

@@ -60,6 +60,11 @@ type Machine struct {
 	driverRoots []string
 	// boots counts simulated reboots; the boot ID derives from it.
 	boots int
+
+	// hangMu guards hung, apart from mu: a hung call waits without holding mu.
+	hangMu sync.Mutex
+	// hung, while NVML calls hang (Hang), is closed by Release.
+	hung chan struct{}
 }
 
 var _ nvml.Interface = (*Machine)(nil)
@@ -181,6 +186,7 @@ func (m *Machine) initialized() nvml.Return {
 // interfaceGuard applies errors injected for Interface methods (e.g. "Init",
 // "DeviceGetCount") with gpuIndex -1.
 func (m *Machine) interfaceGuard(method string) (nvml.Return, bool) {
+	m.waitWhileHung()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.consumeFault(method, -1)

@@ -18,11 +18,25 @@ const EventPath = "/simulate/event"
 // critical XID, &lost=true (or false) makes the GPU fall off the bus (or
 // come back), &reset=true performs a GPU reset (nvmlsim.Machine.ResetGPU), and
 // reboot=true (any gpu) a simulated node reboot: a new boot ID and every GPU
-// reset (nvmlsim.Machine.Reboot).
+// reset (nvmlsim.Machine.Reboot). hang=true (any gpu) makes every NVML call
+// block, as a wedged driver does, until hang=false (nvmlsim.Machine.Hang):
+// the plugin's liveness probe then fails and the kubelet restarts it.
 func EventHandler(sim *nvmlsim.Machine) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		switch r.URL.Query().Get("hang") {
+		case "true":
+			sim.Hang()
+			return
+		case "false":
+			sim.Release()
+			return
+		case "":
+		default:
+			http.Error(w, "hang: want true or false", http.StatusBadRequest)
 			return
 		}
 		if r.URL.Query().Get("reboot") == "true" {
@@ -49,7 +63,7 @@ func EventHandler(sim *nvmlsim.Machine) http.Handler {
 			}
 			sim.InjectEvent(gpu, nvml.EventTypeXidCriticalError, xid)
 		default:
-			http.Error(w, "give xid=N, lost=true|false, reset=true or reboot=true", http.StatusBadRequest)
+			http.Error(w, "give xid=N, lost=true|false, reset=true, reboot=true or hang=true|false", http.StatusBadRequest)
 			return
 		}
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -156,5 +157,40 @@ func TestEventHandlerRecovery(t *testing.T) {
 		if rebooted := m.BootID() != boot; rebooted != s.reboot {
 			t.Errorf("after %s: boot ID changed %v, want %v", s.query, rebooted, s.reboot)
 		}
+	}
+}
+
+// TestEventHandlerHang: hang=true blocks NVML calls until hang=false, with
+// no GPU named; another value is refused.
+func TestEventHandlerHang(t *testing.T) {
+	m := newSim(t, "dgxh100")
+	post := func(query string) int {
+		rec := httptest.NewRecorder()
+		EventHandler(m).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, EventPath+"?"+query, nil))
+		return rec.Code
+	}
+	if code := post("hang=maybe"); code != http.StatusBadRequest || m.Hung() {
+		t.Fatalf("hang=maybe: %d, hung %v; want 400, not hung", code, m.Hung())
+	}
+	if code := post("hang=true"); code != http.StatusOK || !m.Hung() {
+		t.Fatalf("hang=true: %d, hung %v; want 200, hung", code, m.Hung())
+	}
+	done := make(chan nvml.Return, 1)
+	go func() { _, ret := m.DeviceGetCount(); done <- ret }()
+	select {
+	case ret := <-done:
+		t.Fatalf("DeviceGetCount returned %v while NVML hangs", ret)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if code := post("hang=false"); code != http.StatusOK || m.Hung() {
+		t.Fatalf("hang=false: %d, hung %v; want 200, not hung", code, m.Hung())
+	}
+	select {
+	case ret := <-done:
+		if ret != nvml.SUCCESS {
+			t.Errorf("DeviceGetCount after release: %v", ret)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("DeviceGetCount still blocked after hang=false")
 	}
 }
