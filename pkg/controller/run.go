@@ -116,6 +116,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		goRun("webhook certificates", source.Run)
 		mux := http.NewServeMux()
 		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m))
+		mux.Handle(webhookProbePath, webhookProbeHandler)
 		srv := &http.Server{
 			Handler:   withLogger(mux, logger.WithName("webhook")),
 			TLSConfig: &tls.Config{GetCertificate: source.GetCertificate, MinVersion: tls.VersionTLS12},
@@ -140,7 +141,8 @@ func Run(ctx context.Context, cfg *Config) error {
 					return errors.New("not serving")
 				}
 				return nil
-			}))
+			}),
+			webhookServingCheck(ln.Addr()))
 		servers = append(servers, srv)
 		logger.Info("Serving admission webhook", "address", ln.Addr().String(), "path", webhook.Path,
 			"selfManagedTLS", cfg.Webhook.SelfManagedTLS())

@@ -371,7 +371,8 @@ func TestRunReturnsWhenAServerCannotListen(t *testing.T) {
 }
 
 // TestHealthEndpoints: until the webhook certificate is loaded, /readyz
-// fails and names the failing check, while /healthz and /livez pass; the
+// fails and names the failing checks (the serving path's round trip fails
+// too), while /healthz and /livez pass; the
 // checks are listed with ?verbose and each has its own path.
 func TestHealthEndpoints(t *testing.T) {
 	dir := t.TempDir()
@@ -389,6 +390,8 @@ func TestHealthEndpoints(t *testing.T) {
 		{"/readyz", http.StatusInternalServerError, []string{"[-]webhook-certificate failed", "[+]webhook-server ok"}},
 		{"/readyz/webhook-certificate", http.StatusInternalServerError, nil},
 		{"/readyz/webhook-server", http.StatusOK, []string{"ok"}},
+		// No certificate yet: the serving path cannot answer.
+		{"/readyz/webhook-serving", http.StatusInternalServerError, nil},
 		{"/healthz", http.StatusOK, []string{"ok"}},
 		{"/livez?verbose", http.StatusOK, []string{"[+]ping ok"}},
 	} {
