@@ -26,7 +26,9 @@ func TestProberHungCheck(t *testing.T) {
 	var calls atomic.Int32
 	release := make(chan struct{})
 	hang := atomic.Bool{}
-	p, err := New(Options{Timeout: 20 * time.Millisecond, Period: time.Second, FailureThreshold: 3, Checks: []Check{
+	// The timeout is generous: a healthy check must answer within it on a
+	// loaded machine; only the hung one reaches it.
+	p, err := New(Options{Timeout: time.Second, Period: 2 * time.Second, FailureThreshold: 3, Checks: []Check{
 		{Name: "ok", Run: func(context.Context) error { return nil }},
 		{Name: "wedged", Run: func(context.Context) error {
 			calls.Add(1)
