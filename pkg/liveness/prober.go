@@ -137,7 +137,14 @@ func (p *Prober) round(ctx context.Context) {
 		case <-cl.done:
 			errs[name] = cl.err
 		case <-ctx.Done():
-			errs[name] = fmt.Errorf("no answer within %s (running since %s)", p.opts.Timeout, cl.started.Format(time.RFC3339))
+			// A call that answered while the round waited on a hung one
+			// passed: select would pick between the two at random.
+			select {
+			case <-cl.done:
+				errs[name] = cl.err
+			default:
+				errs[name] = fmt.Errorf("no answer within %s (running since %s)", p.opts.Timeout, cl.started.Format(time.RFC3339))
+			}
 		}
 	}
 
