@@ -40,8 +40,6 @@ type Options struct {
 	// CheckpointPath).
 	Store Store
 	CDI   cdi.Writer
-	// Health reports device health to the kubelet; nil means unsupported.
-	Health Health
 	// Metrics records prepare/unprepare figures; nil records nothing.
 	Metrics *telemetry.DriverMetrics
 	// Pods, if set, is used in the background to find which containers use
@@ -99,6 +97,8 @@ type Engine struct {
 	opts  Options
 	locks *keyedMutex
 	store Store
+	// health reports device health to the kubelet; set once by SetHealth.
+	health Health
 
 	// devices are the published devices by name; set once by SetDevices.
 	devices   map[string]*devicemodel.Published

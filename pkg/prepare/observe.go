@@ -30,10 +30,10 @@ type Health interface {
 // monitor's view of every published device, including MIG devices by
 // their instance.
 func (d *Engine) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	if d.opts.Health == nil {
+	if d.health == nil {
 		return kubeletplugin.ErrHealthNotSupported
 	}
-	return d.opts.Health.WatchHealthStatus(ctx, reports, d.HealthDevices)
+	return d.health.WatchHealthStatus(ctx, reports, d.HealthDevices)
 }
 
 // HealthDevices maps the published devices to their GPUs (and prepared MIG
@@ -234,9 +234,10 @@ func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
 }
 
 // SetHealth hands the engine the health source its WatchHealthStatus
-// reports from, when it could not be given in Options: the plugin builds the
-// health monitor over the GPUs it discovers after New's recovery. Call it
-// once, before the kubelet can reach the engine, as SetDevices.
+// reports from (none: health is not supported). It is not an Option because
+// the plugin builds the health monitor over the GPUs it discovers after
+// New's recovery. Call it once, before the kubelet can reach the engine, as
+// SetDevices.
 func (d *Engine) SetHealth(h Health) {
-	d.opts.Health = h
+	d.health = h
 }
