@@ -83,22 +83,49 @@ func Build(gpus []discovery.GPU, opts Options) resourceslice.DriverResources {
 	return Resources(opts.NodeName, published, counterSets)
 }
 
-// Resources lays published devices and counter sets out in slices.
+// Resources lays published devices and counter sets out in slices: the
+// counter sets in slices of their own, then each GPU's devices in slices of
+// their own, in publication order. The layout comes from the full model, so
+// withdrawing devices (Withdraw) never moves a device to another slice nor
+// changes the number of slices: a prepare or unprepare on one GPU changes
+// only that GPU's slice, which the slice controller writes in one update
+// without bumping the pool's generation, so the pool never looks incomplete
+// to the scheduler (docs/device-model.md, "What is published when").
 func Resources(poolName string, published []Published, counterSets []resourceapi.CounterSet) resourceslice.DriverResources {
-	devices := make([]resourceapi.Device, 0, len(published))
-	for _, p := range published {
-		devices = append(devices, p.Device)
-	}
 	var out []resourceslice.Slice
 	for len(counterSets) > 0 {
 		n := min(resourceapi.ResourceSliceMaxCounterSets, len(counterSets))
 		out = append(out, resourceslice.Slice{SharedCounters: counterSets[:n]})
 		counterSets = counterSets[n:]
 	}
-	out = append(out, splitDevices(devices, maxDevicesPerSlice(devices))...)
+	for _, group := range byGPU(published) {
+		out = append(out, splitDevices(group, maxDevicesPerSlice(group))...)
+	}
+	if len(published) == 0 {
+		// An empty pool still publishes one empty slice, so the scheduler
+		// knows the node has no devices rather than waiting for them.
+		out = append(out, resourceslice.Slice{})
+	}
 	return resourceslice.DriverResources{
 		Pools: map[string]resourceslice.Pool{poolName: {Slices: out}},
 	}
+}
+
+// byGPU groups the devices by the GPU they are carved from, keeping the
+// order of first appearance (the model lists each GPU's devices together).
+func byGPU(published []Published) [][]resourceapi.Device {
+	var groups [][]resourceapi.Device
+	index := map[*discovery.GPU]int{}
+	for _, p := range published {
+		i, ok := index[p.GPU]
+		if !ok {
+			i = len(groups)
+			index[p.GPU] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], p.Device)
+	}
+	return groups
 }
 
 // staticInstances are the GPU's MIG instances this driver did not create.
@@ -136,11 +163,6 @@ func splitDevices(devices []resourceapi.Device, max int) []resourceslice.Slice {
 		out = append(out, resourceslice.Slice{Devices: devices[:n]})
 		devices = devices[n:]
 	}
-	if out == nil {
-		// An empty pool still publishes one empty slice, so the scheduler
-		// knows the node has no devices rather than waiting for them.
-		out = []resourceslice.Slice{{}}
-	}
 	return out
 }
 
@@ -152,12 +174,11 @@ func ResourceSlices(resources resourceslice.DriverResources, driverName, nodeNam
 	var out []*resourceapi.ResourceSlice
 	for _, poolName := range slices.Sorted(maps.Keys(resources.Pools)) {
 		pool := resources.Pools[poolName]
-		width := max(5, len(strconv.FormatInt(int64(len(pool.Slices)-1), 16)))
 		for i, s := range pool.Slices {
 			out = append(out, &resourceapi.ResourceSlice{
 				TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
 				ObjectMeta: metav1.ObjectMeta{
-					GenerateName: fmt.Sprintf("%0*x-%s-%s-", width, i, driverName, nodeName),
+					GenerateName: SliceIndexPrefix(i, len(pool.Slices)) + driverName + "-" + nodeName + "-",
 				},
 				Spec: resourceapi.ResourceSliceSpec{
 					Driver: driverName,
@@ -174,6 +195,14 @@ func ResourceSlices(resources resourceslice.DriverResources, driverName, nodeNam
 		}
 	}
 	return out
+}
+
+// SliceIndexPrefix is how the slice controller of
+// k8s.io/dynamic-resource-allocation starts the name of slice i of a pool of
+// count slices: its index in hex, at least five digits, and "-".
+func SliceIndexPrefix(i, count int) string {
+	width := max(5, len(strconv.FormatInt(int64(count-1), 16)))
+	return fmt.Sprintf("%0*x-", width, i)
 }
 
 // WriteYAML writes the slices as a YAML stream ("---" separated).

@@ -121,6 +121,9 @@ func Run(ctx context.Context, cfg *Config) error {
 	go publisher.Run(ctx, publisher.Options{
 		Target: helper, Health: monitor, Resources: node.resources, Devices: drv.HealthDevices,
 		Policy: taintPolicy(ctx, cfg),
+		// Devices that what is prepared makes impossible to allocate are
+		// withdrawn, one slice update at a time.
+		Pool: cfg.NodeName, Prepared: drv, Stored: publisher.WatchSlices(ctx, client, cfg.DriverName, cfg.NodeName),
 	})
 	if cfg.MetricsAddress != "" {
 		sec, err := metricsSecurity(cfg, client)

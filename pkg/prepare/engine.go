@@ -116,6 +116,8 @@ type Engine struct {
 	missingSpecs []types.UID
 	// problems are the claims recovery kept as they were, with why.
 	problems map[types.UID]string
+	// preparedChanged is signaled after every prepare and unprepare (observe.go).
+	preparedChanged chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = (*Engine)(nil)
@@ -139,6 +141,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		store:       opts.Store,
 		attribution: podattribution.New(opts.Pods),
 		problems:    map[types.UID]string{},
+
+		preparedChanged: make(chan struct{}, 1),
 	}
 	if err := d.recover(ctx); err != nil {
 		return nil, err

@@ -192,8 +192,13 @@ func kindOf(c checkpoint.PreparedClaim) string {
 	return kind
 }
 
-// observe records one prepare or unprepare in the driver metrics.
+// observe records one prepare or unprepare in the driver metrics and tells
+// the publisher that what is prepared may have changed.
 func (d *Engine) observe(prepare bool, kind string, start time.Time, err error) {
+	select {
+	case d.preparedChanged <- struct{}{}:
+	default: // a signal is pending: the publisher reads the state when it takes it
+	}
 	m := d.opts.Metrics
 	if m == nil {
 		return
@@ -232,6 +237,24 @@ func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
 	a.MPSDaemons = len(mpsGPUs)
 	return a
 }
+
+// PreparedDevices implements publisher.Prepared: the devices of the node's
+// pool that checkpointed claims hold, prepared or still being prepared.
+func (d *Engine) PreparedDevices() map[string]bool {
+	out := map[string]bool{}
+	for _, c := range d.PreparedClaims() {
+		for _, pd := range c.Devices {
+			if pd.Pool == d.opts.PoolName {
+				out[pd.Device] = true
+			}
+		}
+	}
+	return out
+}
+
+// PreparedChanged implements publisher.Prepared: signaled after every
+// prepare and unprepare (one pending signal stands for any number).
+func (d *Engine) PreparedChanged() <-chan struct{} { return d.preparedChanged }
 
 // SetHealth hands the engine the health source its WatchHealthStatus
 // reports from (none: health is not supported). It is not an Option because
