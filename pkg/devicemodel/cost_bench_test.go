@@ -43,16 +43,21 @@ func wholeGPUOnly() devicemodel.Policy {
 }
 
 // costCluster is a dgxh100 node under policy with fill GPUs held whole.
-func costCluster(b *testing.B, n *simnode.Node, policy devicemodel.Policy, fill int) *at.Cluster {
+// With withdraw, the node has prepared the held claims and republished
+// without what they make impossible to allocate (devicemodel.Withdraw).
+func costCluster(b *testing.B, n *simnode.Node, policy devicemodel.Policy, fill int, withdraw bool) *at.Cluster {
 	b.Helper()
 	resources := devicemodel.Build(n.GPUs, devicemodel.Options{NodeName: n.Name, Policy: policy})
-	slices := devicemodel.ResourceSlices(resources, driverName, n.Name)
-	for i, s := range slices {
-		s.Name = s.GenerateName + string(rune('a'+i))
-	}
-	c := at.NewCluster(slices, deviceclass.DeviceClasses(driverName))
+	c := at.NewCluster(namedSlices(resources, n.Name), deviceclass.DeviceClasses(driverName))
+	prepared := map[string]bool{}
 	for i := range fill {
-		c.MustAllocate(b, n.Name, at.Claim(fmt.Sprintf("held-%d", i), at.Exactly("gpu", driverName, 1)))
+		got := c.MustAllocate(b, n.Name, at.Claim(fmt.Sprintf("held-%d", i), at.Exactly("gpu", driverName, 1)))
+		for _, d := range at.Devices(got[0]) {
+			prepared[d] = true
+		}
+	}
+	if withdraw {
+		c.Slices = namedSlices(devicemodel.Withdraw(resources, n.Name, prepared), n.Name)
 	}
 	return c
 }
@@ -84,12 +89,17 @@ func timeAllocate(b *testing.B, c *at.Cluster, node string, req resourceapi.Devi
 // shares never on a fully held node) is timed too: that is the Filter call
 // the scheduler makes on a full node.
 //
-// Per fill level: whole-only-us, the median whole-only call, and <kind>-x,
-// full ÷ whole-only. The parent logs the ratios averaged over the fill
-// levels against the goals.
+// The full model is timed twice: as published before withdrawal (every
+// device, whatever is held) and as the node publishes it once it has
+// prepared the held claims and withdrawn what they make impossible to
+// allocate (docs/device-model.md, "What is published when").
+//
+// Per fill level: whole-only-us, the median whole-only call; <kind>-x, full
+// ÷ whole-only; <kind>-w-x, full with withdrawal ÷ whole-only. The parent
+// logs the ratios averaged over the fill levels against the goals.
 func BenchmarkAllocatorCost(b *testing.B) {
 	n := simnode.New(b, "dgxh100", "dgxh100")
-	ratios := make([][]float64, costFills+1) // [fill][kind]
+	ratios := make([][]float64, costFills+1) // [fill][model*len(costKinds)+kind]
 	for k := range costFills + 1 {
 		b.Run(fmt.Sprintf("fill=%d", k), func(b *testing.B) {
 			ratios[k] = costAtFill(b, n, k)
@@ -99,48 +109,60 @@ func BenchmarkAllocatorCost(b *testing.B) {
 		return // filtered by -bench
 	}
 	var sum strings.Builder
-	fmt.Fprintf(&sum, "full model ÷ whole-GPU-only model, averaged over fill levels 0..%d:", costFills)
-	for i, kind := range costKinds {
-		var avg float64
-		for k := range costFills + 1 {
-			avg += ratios[k][i] / float64(costFills+1)
+	for model, title := range []string{"full model", "full model with withdrawal"} {
+		fmt.Fprintf(&sum, "\n%s ÷ whole-GPU-only model, averaged over fill levels 0..%d:", title, costFills)
+		for i, kind := range costKinds {
+			j := model*len(costKinds) + i
+			var avg float64
+			for k := range costFills + 1 {
+				avg += ratios[k][j] / float64(costFills+1)
+			}
+			met := "not met"
+			if avg <= kind.goal {
+				met = "met"
+			}
+			fmt.Fprintf(&sum, "\n  %-9s %6.1f×  (empty node %6.1f×, full node %6.1f×)  goal ≤ %.1f×: %s", kind.name, avg, ratios[0][j], ratios[costFills][j], kind.goal, met)
 		}
-		met := "not met"
-		if avg <= kind.goal {
-			met = "met"
-		}
-		fmt.Fprintf(&sum, "\n  %-9s %6.1f×  (full node %6.1f×)  goal ≤ %.1f×: %s", kind.name, avg, ratios[costFills][i], kind.goal, met)
 	}
 	b.Log(sum.String())
 }
 
 // costAtFill times the calls at one fill level and returns full ÷
-// whole-only per kind.
+// whole-only per kind, then full with withdrawal ÷ whole-only per kind.
 func costAtFill(b *testing.B, n *simnode.Node, fill int) []float64 {
-	base := costCluster(b, n, wholeGPUOnly(), fill)
-	full := costCluster(b, n, devicemodel.Policy{}, fill)
+	base := costCluster(b, n, wholeGPUOnly(), fill, false)
+	models := []*at.Cluster{costCluster(b, n, devicemodel.Policy{}, fill, false), costCluster(b, n, devicemodel.Policy{}, fill, true)}
 	wholeReq := costKinds[0].req
 	// Warm the CEL cache and the allocator's lazily built state.
 	timeAllocate(b, base, n.Name, wholeReq)
-	for _, kind := range costKinds {
-		timeAllocate(b, full, n.Name, kind.req)
+	for _, c := range models {
+		for _, kind := range costKinds {
+			timeAllocate(b, c, n.Name, kind.req)
+		}
 	}
 	baseNs := make([]time.Duration, 0, b.N)
-	fullNs := make([][]time.Duration, len(costKinds))
+	ns := make([][]time.Duration, len(models)*len(costKinds))
 	b.ResetTimer()
 	for range b.N {
 		baseNs = append(baseNs, timeAllocate(b, base, n.Name, wholeReq))
-		for i, kind := range costKinds {
-			fullNs[i] = append(fullNs[i], timeAllocate(b, full, n.Name, kind.req))
+		for m, c := range models {
+			for i, kind := range costKinds {
+				j := m*len(costKinds) + i
+				ns[j] = append(ns[j], timeAllocate(b, c, n.Name, kind.req))
+			}
 		}
 	}
 	b.StopTimer()
 	baseMedian := median(baseNs)
 	b.ReportMetric(float64(baseMedian.Nanoseconds())/1e3, "whole-only-us")
-	out := make([]float64, len(costKinds))
-	for i, kind := range costKinds {
-		out[i] = float64(median(fullNs[i])) / float64(baseMedian)
-		b.ReportMetric(out[i], kind.name+"-x")
+	out := make([]float64, len(ns))
+	for j := range ns {
+		out[j] = float64(median(ns[j])) / float64(baseMedian)
+		suffix := "-x"
+		if j >= len(costKinds) {
+			suffix = "-w-x"
+		}
+		b.ReportMetric(out[j], costKinds[j%len(costKinds)].name+suffix)
 	}
 	return out
 }
