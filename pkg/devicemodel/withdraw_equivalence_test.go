@@ -112,11 +112,13 @@ func TestWithdrawEquivalence(t *testing.T) {
 				t.Fatalf("step %d: withdrawn model: allocate %s: %v", step, describe(claim), err)
 			}
 			if got != nil {
-				var users []*resourceapi.ResourceClaim
+				var released []*resourceapi.ResourceClaim
 				for _, h := range claims {
-					users = append(users, h.claim)
+					if h.released {
+						released = append(released, h.claim)
+					}
 				}
-				if err := conflict(devices, append(users, got[0])); err != nil {
+				if err := conflict(devices, append(allocated(), got[0]), released); err != nil {
 					t.Fatalf("step %d: withdrawn model allocated %s to %s: %v", step, at.Devices(got[0]), describe(claim), err)
 				}
 			}
@@ -220,8 +222,12 @@ func describe(claim *resourceapi.ResourceClaim) string {
 
 // conflict checks that the claims' devices can be used together on the
 // full model: an exclusive device once, counters and share capacity not
-// overdrawn.
-func conflict(m fullModel, claims []*resourceapi.ResourceClaim) error {
+// overdrawn. The devices of released claims still prepared count for the
+// counters, so nothing that conflicts with them is allocated; but a
+// prepared device stays published, so the scheduler may hand out that very
+// device (or the share capacity a released share freed) again, on either
+// model: the node cannot tell a released claim (docs/device-model.md).
+func conflict(m fullModel, claims, released []*resourceapi.ResourceClaim) error {
 	left := map[string]map[string]resource.Quantity{}
 	for set := range m.counters {
 		left[set] = map[string]resource.Quantity{}
@@ -229,17 +235,17 @@ func conflict(m fullModel, claims []*resourceapi.ResourceClaim) error {
 	exclusive := map[string]bool{}
 	used := map[string]bool{}
 	capacity := map[string]map[resourceapi.QualifiedName]resource.Quantity{}
-	for _, claim := range claims {
+	for c, claim := range append(slices.Clone(claims), released...) {
 		for _, r := range claim.Status.Allocation.Devices.Results {
 			d := m.devices[r.Device]
-			if r.ShareID == nil {
+			if r.ShareID == nil && c < len(claims) {
 				if exclusive[r.Device] {
 					return fmt.Errorf("exclusive device %s allocated twice", r.Device)
 				}
 				exclusive[r.Device] = true
 			}
 			if used[r.Device] {
-				if exclusive[r.Device] {
+				if exclusive[r.Device] && c < len(claims) {
 					return fmt.Errorf("device %s allocated whole and shared", r.Device)
 				}
 			} else {
@@ -253,6 +259,9 @@ func conflict(m fullModel, claims []*resourceapi.ResourceClaim) error {
 				}
 			}
 			for name, q := range r.ConsumedCapacity {
+				if c >= len(claims) {
+					break
+				}
 				if capacity[r.Device] == nil {
 					capacity[r.Device] = map[resourceapi.QualifiedName]resource.Quantity{}
 				}
