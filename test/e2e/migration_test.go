@@ -100,18 +100,6 @@ func TestMigrationDevicePluginNames(t *testing.T) {
 	}
 	// Pods are admitted only once the quota controller computed the usage.
 	if err := poll(ctx, func(ctx context.Context) (bool, error) {
-		// The same quota covers claims written for DRA: a claim for the class
-		// serving nvidia.com/gpu counts as requests.nvidia.com/gpu.
-		claim := &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "dra-claim", Namespace: ns},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: driverName},
-			}}}},
-		}
-		_, err := env.cluster.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
-			t.Errorf("ResourceClaim for %s with the %s quota used up: %v, want it refused for exceeded quota", driverName, vocabulary.ResourceGPU, err)
-		}
 		q, err := env.cluster.Client.CoreV1().ResourceQuotas(ns).Get(ctx, "gpus", metav1.GetOptions{})
 		return err == nil && len(q.Status.Hard) == len(hard), nil
 	}); err != nil {
