@@ -26,6 +26,8 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/deviceplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/coexistence"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -243,4 +245,35 @@ func waitNodeEvent(t *testing.T, ctx context.Context, reason string, since time.
 		t.Fatalf("no %s event on node %s: %v", reason, env.node, err)
 	}
 	return *found
+}
+
+// With controller.migProfileDeviceClasses the controller makes a class per
+// MIG profile the node publishes (the chart lists none), and a device plugin
+// pod spec for one of them runs on a MIG device of that profile.
+func TestMigrationMIGProfileClasses(t *testing.T) {
+	ctx := testContext(t)
+	const profile = "1g.20gb" // H100 80GB; not in the chart's list
+	client := env.cluster.Client
+	t.Cleanup(func() { // after the release is restored (last in, first out)
+		err := client.ResourceV1().DeviceClasses().DeleteCollection(context.Background(), metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: modelclasses.ModelClassLabel(driverName) + "=true"})
+		if err != nil {
+			t.Errorf("delete the per-profile classes: %v", err)
+		}
+	})
+	saveRelease(t, ctx)
+	upgradeRelease(t, ctx, "--set", "controller.migProfileDeviceClasses=true")
+	class := deviceclass.ProfileClass{Profile: profile}.Name(driverName)
+	if err := poll(ctx, func(ctx context.Context) (bool, error) {
+		dc, err := client.ResourceV1().DeviceClasses().Get(ctx, class, metav1.GetOptions{})
+		return err == nil && dc.Spec.ExtendedResourceName != nil && *dc.Spec.ExtendedResourceName == vocabulary.MIGResourceName(profile), nil
+	}); err != nil {
+		t.Fatalf("no DeviceClass %s serving %s: %v", class, vocabulary.MIGResourceName(profile), err)
+	}
+	ns := newNamespace(t, ctx, "e2e-migration-profiles")
+	d := runDevicePluginPod(t, ctx, ns, "mig", vocabulary.MIGResourceName(profile))
+	if d.Attributes[vocabulary.AttrType] != string(vocabulary.KindMIG) || d.Attributes[vocabulary.AttrProfile] != profile {
+		t.Errorf("%s got %s (type %s, profile %s), want a %s MIG device", vocabulary.MIGResourceName(profile), d.Device,
+			d.Attributes[vocabulary.AttrType], d.Attributes[vocabulary.AttrProfile], profile)
+	}
 }

@@ -114,6 +114,12 @@ type env struct {
 // setup starts informers (not the controller's loop: tests call Sync).
 func setup(t *testing.T, grace time.Duration, objs ...*resourceapi.DeviceClass) *env {
 	t.Helper()
+	return setupWith(t, Options{DriverName: driver, Models: true, GracePeriod: grace}, objs...)
+}
+
+// setupWith is setup with other options (the clock is the test's).
+func setupWith(t *testing.T, opts Options, objs ...*resourceapi.DeviceClass) *env {
+	t.Helper()
 	client := fake.NewClientset()
 	for _, o := range objs {
 		if _, err := client.ResourceV1().DeviceClasses().Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
@@ -122,8 +128,8 @@ func setup(t *testing.T, grace time.Duration, objs ...*resourceapi.DeviceClass) 
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(),
-		Options{DriverName: driver, GracePeriod: grace, Clock: clk})
+	opts.Clock = clk
+	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +303,7 @@ func TestControllerRepairsDriftAndLeavesOthersAlone(t *testing.T) {
 func TestControllerRun(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(), Options{DriverName: driver})
+	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(), Options{DriverName: driver, Models: true})
 	if err != nil {
 		t.Fatal(err)
 	}
