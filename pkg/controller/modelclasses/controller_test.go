@@ -57,38 +57,47 @@ func TestSelectorsMatchTheirModel(t *testing.T) {
 	if len(classes) != 3 {
 		t.Fatalf("%d classes", len(classes))
 	}
-	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
 	for _, dc := range classes {
 		product := dc.Annotations[ProductAnnotation(driver)]
 		if dc.Name != ClassName(driver, product) || dc.Labels[ModelClassLabel(driver)] != "true" || dc.Labels[ManagedByLabel] != ManagedByValue {
 			t.Errorf("class %s: labels %v annotations %v", dc.Name, dc.Labels, dc.Annotations)
 		}
-		prog := compiler.CompileCELExpression(dc.Spec.Selectors[0].CEL.Expression, dracel.Options{})
-		if prog.Error != nil {
-			t.Fatalf("class %s: %v", dc.Name, prog.Error)
-		}
-		matched := 0
-		for _, s := range all {
-			for _, d := range s.Spec.Devices {
-				ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{
-					Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
-				})
-				if err != nil {
-					t.Fatalf("class %s on %s: %v", dc.Name, d.Name, err)
-				}
-				want := vocabulary.Kind(*d.Attributes[vocabulary.AttrType].StringValue) == vocabulary.KindGPU &&
-					*d.Attributes[vocabulary.AttrProductName].StringValue == product
-				if ok != want {
-					t.Errorf("class %s matches %s/%s: %v, want %v", dc.Name, *s.Spec.NodeName, d.Name, ok, want)
-				}
-				if ok {
-					matched++
-				}
+		checkSelects(t, dc, all, func(d resourceapi.Device) bool {
+			return vocabulary.Kind(*d.Attributes[vocabulary.AttrType].StringValue) == vocabulary.KindGPU &&
+				*d.Attributes[vocabulary.AttrProductName].StringValue == product
+		})
+	}
+}
+
+// checkSelects evaluates the class's CEL selector, as the scheduler does,
+// against every device of the slices: it must match exactly the devices
+// want accepts, and at least one.
+func checkSelects(t *testing.T, dc *resourceapi.DeviceClass, all []*resourceapi.ResourceSlice, want func(resourceapi.Device) bool) {
+	t.Helper()
+	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
+	prog := compiler.CompileCELExpression(dc.Spec.Selectors[0].CEL.Expression, dracel.Options{})
+	if prog.Error != nil {
+		t.Fatalf("class %s: %v", dc.Name, prog.Error)
+	}
+	matched := 0
+	for _, s := range all {
+		for _, d := range s.Spec.Devices {
+			ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{
+				Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
+			})
+			if err != nil {
+				t.Fatalf("class %s on %s: %v", dc.Name, d.Name, err)
+			}
+			if w := want(d); ok != w {
+				t.Errorf("class %s matches %s/%s: %v, want %v", dc.Name, *s.Spec.NodeName, d.Name, ok, w)
+			}
+			if ok {
+				matched++
 			}
 		}
-		if matched == 0 {
-			t.Errorf("class %s matches no device", dc.Name)
-		}
+	}
+	if matched == 0 {
+		t.Errorf("class %s matches no device", dc.Name)
 	}
 }
 

@@ -1,13 +1,11 @@
 package modelclasses
 
 import (
-	"context"
 	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	dracel "k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -27,7 +25,6 @@ func TestProfileClassesSelectTheirProfile(t *testing.T) {
 			t.Errorf("profiles %q lack %s", profiles, p)
 		}
 	}
-	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
 	for _, dc := range ProfileDeviceClasses(driver, profiles) {
 		profile := ""
 		for _, p := range profiles {
@@ -38,32 +35,10 @@ func TestProfileClassesSelectTheirProfile(t *testing.T) {
 		if profile == "" || dc.Labels[ModelClassLabel(driver)] != "true" {
 			t.Fatalf("class %s: extended resource %v, labels %v", dc.Name, dc.Spec.ExtendedResourceName, dc.Labels)
 		}
-		prog := compiler.CompileCELExpression(dc.Spec.Selectors[0].CEL.Expression, dracel.Options{})
-		if prog.Error != nil {
-			t.Fatalf("class %s: %v", dc.Name, prog.Error)
-		}
-		matched := 0
-		for _, s := range all {
-			for _, d := range s.Spec.Devices {
-				ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{
-					Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
-				})
-				if err != nil {
-					t.Fatalf("class %s on %s: %v", dc.Name, d.Name, err)
-				}
-				p := d.Attributes[vocabulary.AttrProfile].StringValue
-				want := *d.Attributes[vocabulary.AttrType].StringValue == string(vocabulary.KindMIG) && p != nil && *p == profile
-				if ok != want {
-					t.Errorf("class %s on %s: matches %v, want %v", dc.Name, d.Name, ok, want)
-				}
-				if ok {
-					matched++
-				}
-			}
-		}
-		if matched == 0 {
-			t.Errorf("class %s matches no device", dc.Name)
-		}
+		checkSelects(t, dc, all, func(d resourceapi.Device) bool {
+			p := d.Attributes[vocabulary.AttrProfile].StringValue
+			return *d.Attributes[vocabulary.AttrType].StringValue == string(vocabulary.KindMIG) && p != nil && *p == profile
+		})
 	}
 }
 
