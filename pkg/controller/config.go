@@ -40,8 +40,11 @@ type Config struct {
 
 	// NodeLabels enables the GFD-compatible node labels.
 	NodeLabels bool
-	// ModelDeviceClasses enables one DeviceClass per GPU model.
-	ModelDeviceClasses bool
+	// ModelDeviceClasses enables one DeviceClass per GPU model,
+	// MIGProfileDeviceClasses one per MIG profile serving the device
+	// plugin's nvidia.com/mig-<profile> (docs/migration.md).
+	ModelDeviceClasses      bool
+	MIGProfileDeviceClasses bool
 	// ModelDeviceClassGracePeriod is how long a model must be gone before
 	// its class is deleted.
 	ModelDeviceClassGracePeriod time.Duration
@@ -126,6 +129,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 	fs.BoolVar(&c.NodeLabels, "node-labels", true, "Label nodes with GPU Feature Discovery's labels, derived from the driver's ResourceSlices (leader only).")
 	fs.BoolVar(&c.ModelDeviceClasses, "model-device-classes", false, "Keep one DeviceClass per GPU model in the cluster, e.g. nvidia-h100-80gb-hbm3.<driver-name> (leader only).")
+	fs.BoolVar(&c.MIGProfileDeviceClasses, "mig-profile-device-classes", false, "Keep one DeviceClass per MIG profile in the cluster's ResourceSlices, e.g. mig-1g.10gb.<driver-name>, serving the device plugin's extended resource nvidia.com/mig-1g.10gb (leader only; docs/migration.md).")
 	fs.DurationVar(&c.ModelDeviceClassGracePeriod, "model-device-class-grace-period", modelclasses.DefaultGracePeriod, "How long a GPU model must be gone from all ResourceSlices before its DeviceClass is deleted.")
 	fs.IntVar(&c.Workers, "workers", 4, "Concurrent node label updates.")
 
@@ -143,9 +147,9 @@ func (c *Config) Validate() error {
 	if c.DriverName == "" {
 		errs = append(errs, errors.New("--driver-name must not be empty"))
 	}
-	leaderWork := c.NodeLabels || c.ModelDeviceClasses
+	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses
 	if !c.Webhook.Enabled && !leaderWork {
-		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels and --model-device-classes are all off"))
+		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes and --mig-profile-device-classes are all off"))
 	}
 	if c.Webhook.Enabled {
 		w := &c.Webhook

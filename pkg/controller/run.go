@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 
 	// Leader-only controllers.
-	if cfg.NodeLabels || cfg.ModelDeviceClasses {
+	if cfg.NodeLabels || cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses {
 		if cfg.LeaderElection.Enabled {
 			le, adaptor, err := leaderElector(client, cfg, func(ctx context.Context) {
 				if err := runControllers(ctx, client, cfg, m); err != nil {
@@ -313,13 +313,14 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 		factories = append(factories, nodeFactory)
 		run = append(run, func(ctx context.Context) error { return c.Run(ctx, cfg.Workers) })
 	}
-	if cfg.ModelDeviceClasses {
+	if cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses {
 		classFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = modelclasses.ModelClassLabel(cfg.DriverName) + "=true"
 			}))
 		c, err := modelclasses.New(client, slices, classFactory.Resource().V1().DeviceClasses(), modelclasses.Options{
-			DriverName: cfg.DriverName, GracePeriod: cfg.ModelDeviceClassGracePeriod, Metrics: m,
+			DriverName: cfg.DriverName, Models: cfg.ModelDeviceClasses, MIGProfiles: cfg.MIGProfileDeviceClasses,
+			GracePeriod: cfg.ModelDeviceClassGracePeriod, Metrics: m,
 		})
 		if err != nil {
 			return err
@@ -331,7 +332,7 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses)
+	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses)
 
 	for _, fn := range run {
 		group.Go(func() error { return fn(ctx) })

@@ -55,6 +55,7 @@ func TestValidate(t *testing.T) {
 		"cert-manager files":           {args: []string{"--tls-cert-file=c", "--tls-key-file=k", "--leader-elect=false"}},
 		"cert without key":             {args: []string{"--namespace=gpu", "--tls-cert-file=c"}, wantErr: "go together"},
 		"nothing to do":                {args: []string{"--webhook=false", "--node-labels=false"}, wantErr: "nothing to do"},
+		"only MIG profile classes":     {args: []string{"--namespace=gpu", "--webhook=false", "--node-labels=false", "--mig-profile-device-classes"}},
 		"webhook only, files":          {args: []string{"--node-labels=false", "--tls-cert-file=c", "--tls-key-file=k"}},
 		"bad lease timing":             {args: []string{"--namespace=gpu", "--leader-elect-renew-deadline=20s"}, wantErr: "lease duration"},
 		"cert outlives CA":             {args: []string{"--namespace=gpu", "--cert-validity=30000h"}, wantErr: "--cert-validity"},

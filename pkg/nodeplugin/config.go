@@ -91,6 +91,11 @@ type Config struct {
 	ProbeTimeout             time.Duration
 	LivenessFailureThreshold int
 
+	// DevicePluginCheckPeriod is how often the Node is read for resources
+	// of NVIDIA's device plugin, while which nothing is published
+	// (pkg/coexistence); 0: never (the flag's default is 10s).
+	DevicePluginCheckPeriod time.Duration
+
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
 	// PrintSlices prints the ResourceSlices and exits without an API server.
@@ -149,6 +154,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ProbePeriod, "probe-period", liveness.DefaultPeriod, "How often the probe checks run: the DRA and registration sockets answer a call, NVML answers DeviceGetCount.")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", liveness.DefaultTimeout, "How long a probe check may take before it counts as failed (a hung NVML call); at most --probe-period.")
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
+	fs.DurationVar(&c.DevicePluginCheckPeriod, "device-plugin-check-period", 10*time.Second, "How often to read this node's Node for resources that NVIDIA's device plugin advertises (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*); while the node's allocatable has one, no devices are published, so two drivers never hand out the same GPUs (docs/migration.md). 0 disables the check.")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -215,6 +221,9 @@ func (c *Config) Validate() error {
 		if _, err := c.prober(nil); err != nil {
 			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
 		}
+	}
+	if c.DevicePluginCheckPeriod < 0 {
+		return fmt.Errorf("--device-plugin-check-period=%s: must not be negative (0 disables the check)", c.DevicePluginCheckPeriod)
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)

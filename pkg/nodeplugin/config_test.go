@@ -3,6 +3,7 @@ package nodeplugin
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -34,6 +35,8 @@ func TestConfigValidate(t *testing.T) {
 		"metrics auth unknown":      {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
 		"metrics cert without key":  {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
 		"metrics cert and key":      {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
+		"device plugin check off":   {func(c *Config) { c.DevicePluginCheckPeriod = 0 }, ""},
+		"device plugin check < 0":   {func(c *Config) { c.DevicePluginCheckPeriod = -time.Second }, "--device-plugin-check-period=-1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/coexistence"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
@@ -118,8 +119,15 @@ func Run(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
+	var target publisher.Target = helper
+	if cfg.DevicePluginCheckPeriod > 0 { // never publish beside a device plugin (docs/migration.md)
+		gate := coexistence.New(coexistence.Options{Client: client, NodeName: cfg.NodeName, DriverName: cfg.DriverName,
+			Target: helper, Period: cfg.DevicePluginCheckPeriod})
+		go gate.Run(ctx)
+		target = gate
+	}
 	go publisher.Run(ctx, publisher.Options{
-		Target: helper, Health: monitor, Resources: node.resources, Devices: drv.HealthDevices,
+		Target: target, Health: monitor, Resources: node.resources, Devices: drv.HealthDevices,
 		Policy: taintPolicy(ctx, cfg),
 		// Devices that what is prepared makes impossible to allocate are
 		// withdrawn, one slice update at a time.

@@ -23,6 +23,18 @@ func TestSchemaRefusesMistypedValues(t *testing.T) {
 			args: []string{"--set", "kubeletPlugin.metricAuth=x"},
 			want: []string{"at '/kubeletPlugin'", "'metricAuth' not allowed"},
 		},
+		"extended resource name not qualified": {
+			args: []string{"--set", "extendedResources.timeslice=Nvidia/gpu"},
+			want: []string{"at '/extendedResources/timeslice'", "does not match pattern"},
+		},
+		"MIG profile misspelt": {
+			args: []string{"--set", "extendedResources.migProfiles={1g10gb}"},
+			want: []string{"at '/extendedResources/migProfiles/0'", "does not match pattern"},
+		},
+		"device plugin check period without unit": {
+			args: []string{"--set-string", "kubeletPlugin.devicePluginCheckPeriod=10"},
+			want: []string{"at '/kubeletPlugin/devicePluginCheckPeriod'", "does not match pattern"},
+		},
 		"mistyped top-level key": {
 			args: []string{"--set", "driverNmae=gpu.example.com"},
 			want: []string{"'driverNmae' not allowed"},
@@ -173,5 +185,22 @@ func TestSchemaSimulateMachines(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("values.schema.json: simulate is one of %v, pkg/nvmlsim simulates %v", got, want)
+	}
+}
+
+// One DeviceClass may serve an extended resource name: the scheduler would
+// silently use the newest of two, so the chart refuses the second.
+func TestChartRefusesExtendedResourceServedTwice(t *testing.T) {
+	helmBinary(t)
+	for name, args := range map[string][]string{
+		"gpu and timeslice":    {"--set", "extendedResources.timeslice=nvidia.com/gpu"},
+		"a profile twice by +": {"--set", "extendedResources.migProfiles={1g.10gb+me}", "--set", "extendedResources.mig=nvidia.com/mig-1g.10gb.me"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "rel", chartDir}, args...)...)
+			if err == nil || !strings.Contains(out, "must name each extended resource once") {
+				t.Fatalf("helm template %v: err %v, want the duplicate refused:\n%s", args, err, out)
+			}
+		})
 	}
 }

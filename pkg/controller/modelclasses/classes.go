@@ -1,8 +1,10 @@
 // Package modelclasses keeps one DeviceClass per GPU model found in the
 // driver's ResourceSlices, e.g. nvidia-h100-80gb-hbm3.gpu.dra.dev selecting
 // whole H100 80GB HBM3 GPUs, so a claim can ask for a model by class name
-// instead of a CEL selector. Classes are created as models appear and
-// deleted when a model has left the cluster for a grace period.
+// instead of a CEL selector, and (opt-in) one per MIG profile found there,
+// e.g. mig-1g.10gb.gpu.dra.dev serving the device plugin's
+// nvidia.com/mig-1g.10gb. Classes are created as models and profiles
+// appear and deleted when they have left the cluster for a grace period.
 package modelclasses
 
 import (
@@ -56,27 +58,36 @@ func ClassName(driverName, product string) string {
 // Products are the distinct product names of the whole GPUs in slices of
 // driverName (newest generation of each pool), sorted.
 func Products(driverName string, in []*resourceapi.ResourceSlice) []string {
+	set := map[string]bool{}
+	for _, attrs := range currentDevices(driverName, in) {
+		typ, product := attrs[vocabulary.AttrType], attrs[vocabulary.AttrProductName]
+		if typ.StringValue != nil && vocabulary.Kind(*typ.StringValue) == vocabulary.KindGPU &&
+			product.StringValue != nil && *product.StringValue != "" {
+			set[*product.StringValue] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// currentDevices are the attributes of the devices in the newest
+// generation of each of driverName's pools.
+func currentDevices(driverName string, in []*resourceapi.ResourceSlice) []map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	gen := map[string]int64{}
 	for _, s := range in {
 		if s.Spec.Driver == driverName {
 			gen[s.Spec.Pool.Name] = max(gen[s.Spec.Pool.Name], s.Spec.Pool.Generation)
 		}
 	}
-	set := map[string]bool{}
+	var out []map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	for _, s := range in {
 		if s.Spec.Driver != driverName || s.Spec.Pool.Generation != gen[s.Spec.Pool.Name] {
 			continue
 		}
 		for i := range s.Spec.Devices {
-			attrs := s.Spec.Devices[i].Attributes
-			typ, product := attrs[vocabulary.AttrType], attrs[vocabulary.AttrProductName]
-			if typ.StringValue != nil && vocabulary.Kind(*typ.StringValue) == vocabulary.KindGPU &&
-				product.StringValue != nil && *product.StringValue != "" {
-				set[*product.StringValue] = true
-			}
+			out = append(out, s.Spec.Devices[i].Attributes)
 		}
 	}
-	return slices.Sorted(maps.Keys(set))
+	return out
 }
 
 // DeviceClasses renders the classes for products, sorted by name. Products

@@ -37,6 +37,9 @@ const key = "all"
 // Options configure the Controller.
 type Options struct {
 	DriverName string
+	// Models keeps one class per GPU model, MIGProfiles one per MIG
+	// profile (ProfileDeviceClasses); at least one must be set.
+	Models, MIGProfiles bool
 	// GracePeriod: see DefaultGracePeriod; 0 deletes at once.
 	GracePeriod time.Duration
 	Clock       clock.PassiveClock
@@ -63,6 +66,9 @@ type Controller struct {
 func New(client kubernetes.Interface, sliceInformer resourceinformers.ResourceSliceInformer, classInformer resourceinformers.DeviceClassInformer, opts Options) (*Controller, error) {
 	if opts.DriverName == "" {
 		return nil, errors.New("model classes: no driver name")
+	}
+	if !opts.Models && !opts.MIGProfiles {
+		return nil, errors.New("model classes: neither Models nor MIGProfiles is set")
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -110,7 +116,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.cacheSynced...) {
 		return fmt.Errorf("model classes: caches not synced: %w", context.Cause(ctx))
 	}
-	klog.FromContext(ctx).Info("Managing per-model DeviceClasses", "driver", c.opts.DriverName, "gracePeriod", c.opts.GracePeriod)
+	klog.FromContext(ctx).Info("Managing per-model DeviceClasses", "driver", c.opts.DriverName, "models", c.opts.Models, "migProfiles", c.opts.MIGProfiles, "gracePeriod", c.opts.GracePeriod)
 	c.queue.Add(key)
 	go wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for c.processNext(ctx) {
@@ -149,8 +155,15 @@ func (c *Controller) Sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	var want []*resourceapi.DeviceClass
+	if c.opts.Models {
+		want = DeviceClasses(c.opts.DriverName, Products(c.opts.DriverName, slices))
+	}
+	if c.opts.MIGProfiles {
+		want = append(want, ProfileDeviceClasses(c.opts.DriverName, Profiles(c.opts.DriverName, slices))...)
+	}
 	desired := map[string]*resourceapi.DeviceClass{}
-	for _, dc := range DeviceClasses(c.opts.DriverName, Products(c.opts.DriverName, slices)) {
+	for _, dc := range want {
 		desired[dc.Name] = dc
 	}
 	all, err := c.classes.List(labels.Everything())
@@ -208,7 +221,7 @@ func (c *Controller) Sync(ctx context.Context) (time.Duration, error) {
 		if !ok {
 			since = now
 			c.goneSince[name] = now
-			logger.Info("GPU model gone; deleting its DeviceClass after the grace period", "deviceClass", name, "gracePeriod", c.opts.GracePeriod)
+			logger.Info("GPU model or MIG profile gone; deleting its DeviceClass after the grace period", "deviceClass", name, "gracePeriod", c.opts.GracePeriod)
 		}
 		if left := c.opts.GracePeriod - now.Sub(since); left > 0 {
 			if recheck == 0 || left < recheck {

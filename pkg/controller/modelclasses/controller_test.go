@@ -57,38 +57,47 @@ func TestSelectorsMatchTheirModel(t *testing.T) {
 	if len(classes) != 3 {
 		t.Fatalf("%d classes", len(classes))
 	}
-	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
 	for _, dc := range classes {
 		product := dc.Annotations[ProductAnnotation(driver)]
 		if dc.Name != ClassName(driver, product) || dc.Labels[ModelClassLabel(driver)] != "true" || dc.Labels[ManagedByLabel] != ManagedByValue {
 			t.Errorf("class %s: labels %v annotations %v", dc.Name, dc.Labels, dc.Annotations)
 		}
-		prog := compiler.CompileCELExpression(dc.Spec.Selectors[0].CEL.Expression, dracel.Options{})
-		if prog.Error != nil {
-			t.Fatalf("class %s: %v", dc.Name, prog.Error)
-		}
-		matched := 0
-		for _, s := range all {
-			for _, d := range s.Spec.Devices {
-				ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{
-					Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
-				})
-				if err != nil {
-					t.Fatalf("class %s on %s: %v", dc.Name, d.Name, err)
-				}
-				want := vocabulary.Kind(*d.Attributes[vocabulary.AttrType].StringValue) == vocabulary.KindGPU &&
-					*d.Attributes[vocabulary.AttrProductName].StringValue == product
-				if ok != want {
-					t.Errorf("class %s matches %s/%s: %v, want %v", dc.Name, *s.Spec.NodeName, d.Name, ok, want)
-				}
-				if ok {
-					matched++
-				}
+		checkSelects(t, dc, all, func(d resourceapi.Device) bool {
+			return vocabulary.Kind(*d.Attributes[vocabulary.AttrType].StringValue) == vocabulary.KindGPU &&
+				*d.Attributes[vocabulary.AttrProductName].StringValue == product
+		})
+	}
+}
+
+// checkSelects evaluates the class's CEL selector, as the scheduler does,
+// against every device of the slices: it must match exactly the devices
+// want accepts, and at least one.
+func checkSelects(t *testing.T, dc *resourceapi.DeviceClass, all []*resourceapi.ResourceSlice, want func(resourceapi.Device) bool) {
+	t.Helper()
+	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
+	prog := compiler.CompileCELExpression(dc.Spec.Selectors[0].CEL.Expression, dracel.Options{})
+	if prog.Error != nil {
+		t.Fatalf("class %s: %v", dc.Name, prog.Error)
+	}
+	matched := 0
+	for _, s := range all {
+		for _, d := range s.Spec.Devices {
+			ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{
+				Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
+			})
+			if err != nil {
+				t.Fatalf("class %s on %s: %v", dc.Name, d.Name, err)
+			}
+			if w := want(d); ok != w {
+				t.Errorf("class %s matches %s/%s: %v, want %v", dc.Name, *s.Spec.NodeName, d.Name, ok, w)
+			}
+			if ok {
+				matched++
 			}
 		}
-		if matched == 0 {
-			t.Errorf("class %s matches no device", dc.Name)
-		}
+	}
+	if matched == 0 {
+		t.Errorf("class %s matches no device", dc.Name)
 	}
 }
 
@@ -114,6 +123,12 @@ type env struct {
 // setup starts informers (not the controller's loop: tests call Sync).
 func setup(t *testing.T, grace time.Duration, objs ...*resourceapi.DeviceClass) *env {
 	t.Helper()
+	return setupWith(t, Options{DriverName: driver, Models: true, GracePeriod: grace}, objs...)
+}
+
+// setupWith is setup with other options (the clock is the test's).
+func setupWith(t *testing.T, opts Options, objs ...*resourceapi.DeviceClass) *env {
+	t.Helper()
 	client := fake.NewClientset()
 	for _, o := range objs {
 		if _, err := client.ResourceV1().DeviceClasses().Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
@@ -122,8 +137,8 @@ func setup(t *testing.T, grace time.Duration, objs ...*resourceapi.DeviceClass) 
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(),
-		Options{DriverName: driver, GracePeriod: grace, Clock: clk})
+	opts.Clock = clk
+	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +312,7 @@ func TestControllerRepairsDriftAndLeavesOthersAlone(t *testing.T) {
 func TestControllerRun(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(), Options{DriverName: driver})
+	c, err := New(client, factory.Resource().V1().ResourceSlices(), factory.Resource().V1().DeviceClasses(), Options{DriverName: driver, Models: true})
 	if err != nil {
 		t.Fatal(err)
 	}
