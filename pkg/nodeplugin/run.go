@@ -65,7 +65,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		PoolName:       cfg.NodeName,
 		MIG:            mig.NewNode(hw.nvml, hw.driverRoot),
 		Store:          checkpoint.NewFileStore(checkpointPath),
-		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, cdi.WithHostDriverRoot(hw.hostDriverRoot)),
+		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, append(hw.cdiOptions, cdi.WithHostDriverRoot(hw.hostDriverRoot))...),
 		TimeSlicing:    ts,
 		Metrics:        metrics,
 		CheckpointPath: checkpointPath,

@@ -60,6 +60,10 @@ type Machine struct {
 	driverRoots []string
 	// boots counts simulated reboots; the boot ID derives from it.
 	boots int
+	// processes are the registered simulated processes by PID (processes.go); smSecondsEnded
+	// the SM time of ended ones by device UUID, for GPM.
+	processes      map[uint32]*process
+	smSecondsEnded map[string]float64
 
 	// hangMu guards hung, apart from mu: a hung call waits without holding mu.
 	hangMu sync.Mutex
@@ -165,6 +169,7 @@ func (m *Machine) newInterface() *mock.Interface {
 	iface.DeviceGetHandleByPciBusIdFunc = m.deviceByPciBusID
 	iface.DeviceGetHandleBySerialFunc = m.deviceBySerial
 	iface.EventSetCreateFunc = m.eventSetCreate
+	m.setGpmFuncs(iface)
 	delegateInterface(iface)
 	finishMock(iface, "Interface", m.interfaceGuard)
 	return iface
