@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg *Config) error {
 			return err
 		}
 		collector := telemetry.NewCollector(telemetry.CollectorOptions{
-			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor,
+			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor, Processes: drv.ProcessOwners(),
 			MIGDeviceName: devicemodel.StaticMIGDeviceName,
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
