@@ -82,11 +82,10 @@ type procUse struct {
 
 // containerUse sums the processes of one holder on a device.
 type containerUse struct {
-	holder          Holder
-	processes       int
-	memory          uint64
-	sm, mem         float64
-	hasSM, hasMemUt bool
+	holder    Holder
+	processes int
+	memory    uint64
+	sm, mem   float64
 }
 
 // beginProcesses starts the process part of a scrape; endProcesses ends it.
@@ -117,16 +116,24 @@ func (c *Collector) collectProcesses(ch chan<- metrics.Metric, d nvmlDevice, hol
 	procs, smOK, memOK := c.deviceProcesses(d)
 	uses := map[string]*containerUse{}
 	var order []string
-	for _, p := range procs {
-		c.procs.seenPIDs[p.pid] = true
-		h := c.holderOf(p.pid, holders)
+	use := func(h Holder) *containerUse {
 		key := h.Namespace + "/" + h.Pod + "/" + h.Container + "/" + h.Claim + "/" + h.Device
 		u := uses[key]
 		if u == nil {
-			u = &containerUse{holder: h, hasSM: smOK, hasMemUt: memOK}
+			u = &containerUse{holder: h}
 			uses[key] = u
 			order = append(order, key)
 		}
+		return u
+	}
+	// Every holder is shown, at zero while it runs nothing on the device:
+	// a load that stops drops to 0 rather than vanishing.
+	for _, h := range holders {
+		use(h)
+	}
+	for _, p := range procs {
+		c.procs.seenPIDs[p.pid] = true
+		u := use(c.holderOf(p.pid, holders))
 		u.processes++
 		u.memory += p.memory
 		if d.mig {
@@ -146,10 +153,11 @@ func (c *Collector) collectProcesses(ch chan<- metrics.Metric, d nvmlDevice, hol
 		labels := []string{c.opts.NodeName, d.uuid, gpuName, device, u.holder.Namespace, u.holder.Pod, u.holder.Claim, u.holder.Container}
 		ch <- metrics.NewLazyConstMetric(c.procReadings.processes, metrics.GaugeValue, float64(u.processes), labels...)
 		ch <- metrics.NewLazyConstMetric(c.procReadings.memUsed, metrics.GaugeValue, float64(u.memory), labels...)
-		if u.hasSM {
+		// Without processes nothing ran: 0 is a measurement, not a guess.
+		if u.processes == 0 || smOK {
 			ch <- metrics.NewLazyConstMetric(c.procReadings.sm, metrics.GaugeValue, min(u.sm, 100)/100, labels...)
 		}
-		if u.hasMemUt {
+		if !d.mig && (u.processes == 0 || memOK) {
 			ch <- metrics.NewLazyConstMetric(c.procReadings.memUtil, metrics.GaugeValue, min(u.mem, 100)/100, labels...)
 		}
 	}

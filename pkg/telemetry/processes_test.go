@@ -52,6 +52,7 @@ func TestScrapeContainersOnSharedGPU(t *testing.T) {
 		return map[string][]Holder{uuid: {
 			{Device: "gpu-0-ts", Namespace: "team", Claim: "a", Pod: "light", PodUID: "uid-light", Container: "main", ContainerIDs: []string{"c-light"}},
 			{Device: "gpu-0-ts", Namespace: "team", Claim: "b", Pod: "heavy", PodUID: "uid-heavy", Container: "main", ContainerIDs: []string{"c-heavy"}},
+			{Device: "gpu-0-ts", Namespace: "team", Claim: "c", Pod: "idle", PodUID: "uid-idle", Container: "main"},
 		}}
 	})
 	owners := &fakeOwners{owners: map[uint32]ProcessOwner{
@@ -70,6 +71,7 @@ func TestScrapeContainersOnSharedGPU(t *testing.T) {
 	light := map[string]string{"uuid": uuid, "pod": "light", "container": "main", "claim": "a", "device": "gpu-0-ts", "namespace": "team", "gpu": "gpu-0", "node": "node-1"}
 	heavy := map[string]string{"uuid": uuid, "pod": "heavy", "container": "main", "claim": "b"}
 	nobody := map[string]string{"uuid": uuid, "pod": "", "container": "", "device": "gpu-0"}
+	idle := map[string]string{"uuid": uuid, "pod": "idle", "container": "main", "claim": "c"}
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string
@@ -83,6 +85,9 @@ func TestScrapeContainersOnSharedGPU(t *testing.T) {
 		{"gpu_dra_container_memory_used_bytes", heavy, 9 << 30},
 		{"gpu_dra_container_processes", heavy, 2},
 		{"gpu_dra_container_processes", nobody, 1},
+		{"gpu_dra_container_processes", idle, 0},
+		{"gpu_dra_container_sm_utilization_ratio", idle, 0},
+		{"gpu_dra_container_memory_used_bytes", idle, 0},
 	} {
 		if got := value(sampleOf(t, families, tc.name, tc.labels)); got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
