@@ -83,17 +83,23 @@ func (g *gpu) sortedGpuInstances() []*gpuInstance {
 // injected error.
 func (m *Machine) deviceGuard(index int, prefix string) guard {
 	return func(method string) (nvml.Return, bool) {
-		m.waitWhileHung()
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.checkInit(); ret != nvml.SUCCESS {
-			return ret, true
-		}
-		if m.gpus[index].lost {
-			return nvml.ERROR_GPU_IS_LOST, true
-		}
-		return m.consumeFault(prefix+method, index)
+		m.calls.Add(1)
+		return m.checkDevice(index, prefix+method)
 	}
+}
+
+// checkDevice is deviceGuard's check, for calls already counted.
+func (m *Machine) checkDevice(index int, method string) (nvml.Return, bool) {
+	m.waitWhileHung()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ret := m.checkInit(); ret != nvml.SUCCESS {
+		return ret, true
+	}
+	if m.gpus[index].lost {
+		return nvml.ERROR_GPU_IS_LOST, true
+	}
+	return m.consumeFault(method, index)
 }
 
 // locked runs f with the machine lock held.

@@ -29,10 +29,41 @@ func (s *gpmSample) MigGet(d nvml.Device, gi int) nvml.Return { return d.GpmMigS
 func (m *Machine) setGpmFuncs(iface *mock.Interface) {
 	iface.GpmSampleAllocFunc = func() (nvml.GpmSample, nvml.Return) { return &gpmSample{m: m}, m.initialized() }
 	iface.GpmSampleFreeFunc = func(s nvml.GpmSample) nvml.Return { return s.Free() }
-	iface.GpmSampleGetFunc = func(d nvml.Device, s nvml.GpmSample) nvml.Return { return d.GpmSampleGet(s) }
-	iface.GpmMigSampleGetFunc = func(d nvml.Device, gi int, s nvml.GpmSample) nvml.Return { return d.GpmMigSampleGet(gi, s) }
-	iface.GpmQueryDeviceSupportFunc = func(d nvml.Device) (nvml.GpmSupport, nvml.Return) { return d.GpmQueryDeviceSupport() }
+	// The device-taking functions answer for the device as its own methods do, in one call.
+	iface.GpmSampleGetFunc = func(d nvml.Device, s nvml.GpmSample) nvml.Return {
+		return m.onGPU(d, func(g *gpu) nvml.Return { return g.gpmSample(s, nil) })
+	}
+	iface.GpmMigSampleGetFunc = func(d nvml.Device, gi int, s nvml.GpmSample) nvml.Return {
+		id := uint32(gi)
+		return m.onGPU(d, func(g *gpu) nvml.Return { return g.gpmSample(s, &id) })
+	}
+	iface.GpmQueryDeviceSupportFunc = func(d nvml.Device) (support nvml.GpmSupport, ret nvml.Return) {
+		ret = m.onGPU(d, func(g *gpu) nvml.Return { support = g.gpmSupport(); return nvml.SUCCESS })
+		return support, ret
+	}
 	iface.GpmMetricsGetFunc = m.gpmMetricsGet
+}
+
+// onGPU runs f for the GPU whose handle d is; a MIG device or unknown handle is an invalid
+// argument, as GPM sampling takes the GPU's handle.
+func (m *Machine) onGPU(d nvml.Device, f func(*gpu) nvml.Return) nvml.Return {
+	for _, g := range m.gpus {
+		if nvml.Device(g.handle) == d {
+			if ret, fail := m.checkDevice(g.index, "Gpm"); fail { // counted by the Interface's guard
+				return ret
+			}
+			return f(g)
+		}
+	}
+	return nvml.ERROR_INVALID_ARGUMENT
+}
+
+func (g *gpu) gpmSupport() nvml.GpmSupport {
+	supported := uint32(0)
+	if g.spec.arch >= nvml.DEVICE_ARCH_HOPPER {
+		supported = 1
+	}
+	return nvml.GpmSupport{Version: nvml.GPM_SUPPORT_VERSION, IsSupportedDevice: supported}
 }
 
 // gpmSample fills s with the SM time of g (gi nil) or of its GPU instance *gi.

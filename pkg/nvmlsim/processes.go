@@ -208,13 +208,7 @@ func (g *gpu) setProcessFuncs(d *mock.Device) {
 		})
 		return out, ret
 	}
-	d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) {
-		supported := uint32(0)
-		if g.spec.arch >= nvml.DEVICE_ARCH_HOPPER {
-			supported = 1
-		}
-		return nvml.GpmSupport{Version: nvml.GPM_SUPPORT_VERSION, IsSupportedDevice: supported}, nvml.SUCCESS
-	}
+	d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { return g.gpmSupport(), nvml.SUCCESS }
 	d.GpmSampleGetFunc = func(s nvml.GpmSample) nvml.Return { return g.gpmSample(s, nil) }
 	d.GpmMigSampleGetFunc = func(giID int, s nvml.GpmSample) nvml.Return {
 		id := uint32(giID)

@@ -80,10 +80,14 @@ func (d *Engine) Holders() map[string][]telemetry.Holder {
 // ProcessOwners returns the pods and containers of the processes on the
 // GPUs, from their cgroups, for the collector's per-container readings.
 func (d *Engine) ProcessOwners() telemetry.ProcessOwners {
-	return processOwners{d.processes}
+	return ProcessOwners(d.processes)
 }
 
-// processOwners adapts podattribution.Processes to telemetry.ProcessOwners.
+// ProcessOwners adapts podattribution.Processes to telemetry.ProcessOwners.
+func ProcessOwners(p *podattribution.Processes) telemetry.ProcessOwners {
+	return processOwners{p}
+}
+
 type processOwners struct{ p *podattribution.Processes }
 
 func (o processOwners) Owner(pid uint32) (telemetry.ProcessOwner, bool) {
