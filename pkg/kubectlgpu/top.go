@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // PluginSelector selects the driver's kubelet plugin pods (the chart's
@@ -65,10 +67,12 @@ type TopRow struct {
 	UUID   string `json:"uuid"`
 	// SMPercent is absent when NVML did not measure it (the first reading
 	// of a MIG device, a GPU without GPM).
-	SMPercent        *float64 `json:"smPercent,omitempty"`
-	MemoryUsedBytes  int64    `json:"memoryUsedBytes"`
-	MemoryLimitBytes int64    `json:"memoryLimitBytes,omitempty"`
-	Processes        int      `json:"processes"`
+	SMPercent       *float64 `json:"smPercent,omitempty"`
+	MemoryUsedBytes int64    `json:"memoryUsedBytes"`
+	// MemoryLimitBytes is the share's memory capacity (its claim's
+	// consumed capacity), else the device's memory.
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
+	Processes        int   `json:"processes"`
 }
 
 // TopList is what `kubectl gpu top -o json` prints.
@@ -153,6 +157,9 @@ func Top(ctx context.Context, client kubernetes.Interface, t TopOptions) (*TopLi
 		}()
 	}
 	wg.Wait()
+	if w := shareLimits(ctx, client, t.Namespace, rows); w != "" {
+		warnings = append(warnings, w)
+	}
 	list := &TopList{Kind: "GPUTop", Items: []TopRow{}}
 	for _, r := range rows {
 		if (t.Namespace == "" || r.Namespace == t.Namespace) && (t.Node == "" || r.Node == t.Node) {
@@ -189,6 +196,37 @@ func localMetricsPort(pod *corev1.Pod) (int, bool) {
 	return 0, false
 }
 
+// shareLimits sets the limit of rows on shares to the share's memory: the
+// capacity its claim's allocation consumed (an MPS share's pinned memory
+// limit derives from it unless its config sets one). Claims that cannot
+// be listed leave the device's memory, with a warning.
+func shareLimits(ctx context.Context, client kubernetes.Interface, namespace string, rows []TopRow) string {
+	if !slices.ContainsFunc(rows, func(r TopRow) bool { return r.Claim != "" }) {
+		return ""
+	}
+	claims, err := client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Sprintf("memory limits of shares are the devices' memory: cannot list resourceclaims: %v", err)
+	}
+	memory := map[string]int64{} // namespace/claim/device
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, res := range c.Status.Allocation.Devices.Results {
+			if q, ok := res.ConsumedCapacity[vocabulary.CapacityMemory]; ok && q.Value() > 0 {
+				memory[c.Namespace+"/"+c.Name+"/"+res.Device] = q.Value()
+			}
+		}
+	}
+	for i := range rows {
+		if m, ok := memory[rows[i].Namespace+"/"+rows[i].Claim+"/"+rows[i].Device]; ok {
+			rows[i].MemoryLimitBytes = m
+		}
+	}
+	return ""
+}
+
 // Metric names ParseTop reads (pkg/telemetry, docs/telemetry.md).
 const (
 	metricContainerSM        = "gpu_dra_container_sm_utilization_ratio"
@@ -198,7 +236,7 @@ const (
 )
 
 // ParseTop turns a plugin's metrics into rows: one per container and
-// device with processes; the limit is the device's memory.
+// device; the limit is the device's memory (Top narrows it for shares).
 func ParseTop(text []byte) ([]TopRow, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(string(text)))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,8 +14,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
@@ -72,9 +79,17 @@ func TestTop(t *testing.T) {
 	c := telemetry.NewCollector(telemetry.CollectorOptions{NVML: node.Machine, NodeName: "node-a", GPUs: node.GPUs, Holders: holders,
 		Processes: owners{101: {PodUID: "u-light"}, 102: {PodUID: "u-heavy"}}})
 	reader := handlerReader{"node-a": telemetry.Handler(telemetry.NewRegistry(nil, c))}
+	// The light pod's share has 20Gi of the GPU's memory; the heavy pod's
+	// claim says nothing of memory.
+	lightClaim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "light-gpu"}}
+	lightClaim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "share", Driver: "gpu.dra.dev", Pool: "node-a", Device: "gpu-0-ts",
+		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")},
+	}}}}
 	client := fake.NewClientset(
 		pluginPod("plugin-a", "node-a", "--metrics-address=:9400", "--local-metrics-address=127.0.0.1:9401"),
 		pluginPod("plugin-b", "node-b", "--metrics-address=:9400"),
+		lightClaim,
 	)
 
 	var out, errOut bytes.Buffer
@@ -86,7 +101,7 @@ func TestTop(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NODE") {
 		t.Fatalf("top -n team-a:\n%s", out.String())
 	}
-	for _, want := range []string{"node-a", "team-a", "light", "main", "gpu-0-ts", "timeslice", "20%", "2Gi/79.6Gi"} {
+	for _, want := range []string{"node-a", "team-a", "light", "main", "gpu-0-ts", "timeslice", "20%", "2Gi/20Gi"} {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("row %q lacks %q", lines[1], want)
 		}
@@ -109,8 +124,12 @@ func TestTop(t *testing.T) {
 			t.Fatalf("row without SM: %+v", r)
 		}
 		sm[r.Namespace+"/"+r.Pod] = math.Round(*r.SMPercent*100) / 100
-		if r.MemoryLimitBytes != int64(node.GPUs[0].MemoryBytes) || r.UUID != uuid || r.GPU != "gpu-0" || r.Processes != 1 {
-			t.Errorf("row %+v: want the GPU's memory as limit, one process", r)
+		limit := int64(node.GPUs[0].MemoryBytes)
+		if r.Pod == "light" {
+			limit = 20 << 30
+		}
+		if r.MemoryLimitBytes != limit || r.UUID != uuid || r.GPU != "gpu-0" || r.Processes != 1 {
+			t.Errorf("row %+v: want limit %d (the share's memory, else the GPU's), one process", r, limit)
 		}
 	}
 	if want := map[string]float64{"team-a/light": 20, "team-b/heavy": 55, "/": 5}; fmt.Sprint(sm) != fmt.Sprint(want) {
@@ -151,5 +170,34 @@ func TestTopErrors(t *testing.T) {
 				t.Errorf("RunTop = %v, warnings %q; want warning %q", err, errOut.String(), tc.warning)
 			}
 		})
+	}
+}
+
+// Claims the user may not list leave the devices' memory as the limits.
+func TestTopClaimsForbidden(t *testing.T) {
+	node := simnode.New(t, "dgxh100", "node-a")
+	uuid := node.GPUs[0].UUID
+	stop, err := node.Machine.RegisterProcess(7, nvmlsim.Registration{Devices: []string{uuid}, SMPercent: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	holders := telemetry.HolderFunc(func() map[string][]telemetry.Holder {
+		return map[string][]telemetry.Holder{uuid: {{Device: "gpu-0-ts", Namespace: "ns", Claim: "c", Pod: "p", PodUID: "u", Container: "main"}}}
+	})
+	c := telemetry.NewCollector(telemetry.CollectorOptions{NVML: node.Machine, NodeName: "node-a", GPUs: node.GPUs, Holders: holders, Processes: owners{7: {PodUID: "u"}}})
+	client := fake.NewClientset(pluginPod("plugin-a", "node-a", "--local-metrics-address=127.0.0.1:9401"))
+	client.PrependReactor("list", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}, "", errors.New("RBAC"))
+	})
+	list, warnings, err := Top(context.Background(), client, TopOptions{Namespace: "ns", Reader: handlerReader{"node-a": telemetry.Handler(telemetry.NewRegistry(nil, c))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].MemoryLimitBytes != int64(node.GPUs[0].MemoryBytes) {
+		t.Errorf("rows %+v, want one with the GPU's memory as limit", list.Items)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "cannot list resourceclaims") {
+		t.Errorf("warnings %q", warnings)
 	}
 }
