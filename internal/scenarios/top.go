@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
@@ -20,13 +21,14 @@ const LoadProgram = "/usr/bin/gpu-load-sim"
 // GPULoad is what a container running LoadProgram declares.
 type GPULoad struct {
 	Namespace, Pod, Container string
-	// SMPercent is its --sm.
-	SMPercent float64
+	// SMPercent is its --sm, MemoryBytes its --memory.
+	SMPercent   float64
+	MemoryBytes int64
 }
 
 // Loads returns the loads the scenario's pods declare: every container
-// whose command runs LoadProgram, with its --sm (default 50, as the
-// program's).
+// whose command runs LoadProgram, with its --sm and --memory (default 50
+// and 1Gi, as the program's).
 func Loads(s *Scenario) []GPULoad {
 	var out []GPULoad
 	for _, o := range s.Objects {
@@ -40,12 +42,17 @@ func Loads(s *Scenario) []GPULoad {
 			if len(command) == 0 || command[0] != LoadProgram {
 				continue
 			}
-			load := GPULoad{Namespace: o.GetNamespace(), Pod: o.GetName(), SMPercent: 50}
+			load := GPULoad{Namespace: o.GetNamespace(), Pod: o.GetName(), SMPercent: 50, MemoryBytes: 1 << 30}
 			load.Container, _, _ = unstructured.NestedString(m, "name")
 			for _, arg := range command[1:] {
 				if v, ok := strings.CutPrefix(arg, "--sm="); ok {
 					if sm, err := strconv.ParseFloat(v, 64); err == nil {
 						load.SMPercent = sm
+					}
+				}
+				if v, ok := strings.CutPrefix(arg, "--memory="); ok {
+					if q, err := resource.ParseQuantity(v); err == nil {
+						load.MemoryBytes = q.Value()
 					}
 				}
 			}

@@ -15,8 +15,8 @@ func TestLoadsOfTheTopScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []GPULoad{
-		{Namespace: "demo-top", Pod: "trainer", Container: "train", SMPercent: 60},
-		{Namespace: "demo-top", Pod: "notebook", Container: "jupyter", SMPercent: 15},
+		{Namespace: "demo-top", Pod: "trainer", Container: "train", SMPercent: 60, MemoryBytes: 12 << 30},
+		{Namespace: "demo-top", Pod: "notebook", Container: "jupyter", SMPercent: 15, MemoryBytes: 3 << 30},
 	}
 	if got := Loads(s); !reflect.DeepEqual(got, want) {
 		t.Errorf("Loads = %+v, want %+v", got, want)

@@ -123,7 +123,7 @@ func (m *Machine) Processes() []uint32 {
 	return out
 }
 
-// onDevice returns the processes on the GPU or MIG device uuid, by PID. m.mu must be held.
+// onDeviceLocked returns the processes on the GPU or MIG device uuid, by PID. m.mu must be held.
 func (m *Machine) onDeviceLocked(uuid string) []*process {
 	var out []*process
 	for _, p := range m.processes {

@@ -61,23 +61,26 @@ func TestPerPodUse(t *testing.T) {
 	if len(loads) != 2 {
 		t.Fatalf("the scenario declares %d loads, want 2: %+v", len(loads), loads)
 	}
-	list, problems, err := r.WaitTop(ctx, "demo-top", loads, topTolerance)
+	// As the demo shows it: waits until top tells the pods apart, prints the table.
+	var table strings.Builder
+	for _, p := range r.ShowTop(ctx, s, &table) {
+		t.Error(p)
+	}
+	t.Log("\n" + table.String())
+	if t.Failed() {
+		t.FailNow()
+	}
+	list, err := r.Top(ctx, "-n", "demo-top")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range problems {
-		t.Error(p)
-	}
-	if t.Failed() {
-		t.Fatalf("kubectl gpu top -n demo-top: %+v", list)
-	}
 	trainer, notebook := row(t, list, "trainer"), row(t, list, "notebook")
-	for _, tc := range []struct {
-		r    kubectlgpu.TopRow
-		want int64
-	}{{trainer, 24 << 30}, {notebook, 4 << 30}} {
-		if tc.r.MemoryUsedBytes != tc.want || tc.r.MemoryLimitBytes <= tc.want || tc.r.Kind != "timeslice" || tc.r.Processes != 1 {
-			t.Errorf("%s: %+v, want %d bytes used on a time-slicing share, one process", tc.r.Pod, tc.r, tc.want)
+	gpuMemory := deviceMemory(t, r, trainer)
+	for i, got := range []kubectlgpu.TopRow{trainer, notebook} {
+		// The share's memory (its claim's consumed capacity) is less than the GPU's.
+		if want := loads[i].MemoryBytes; got.MemoryUsedBytes != want || got.MemoryLimitBytes < want || got.MemoryLimitBytes >= gpuMemory ||
+			got.Kind != "timeslice" || got.Processes != 1 {
+			t.Errorf("%s: %+v, want %d bytes used of its share's memory (below the GPU's %d) on a time-slicing share, one process", got.Pod, got, want, gpuMemory)
 		}
 	}
 	if trainer.UUID == notebook.UUID {
@@ -87,7 +90,7 @@ func TestPerPodUse(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := loads[0].SMPercent + loads[1].SMPercent
-		if got := deviceUtilization(t, body, trainer.UUID); math.Abs(got-want) > topTolerance {
+		if got := 100 * deviceGauge(t, body, "gpu_dra_device_utilization_ratio", trainer.UUID); math.Abs(got-want) > topTolerance {
 			t.Errorf("GPU-wide utilization of %s: %.1f%%, want the pods' sum %.0f%%", trainer.UUID, got, want)
 		}
 	} else {
@@ -100,7 +103,7 @@ func TestPerPodUse(t *testing.T) {
 	}
 	stopped := []scenarios.GPULoad{loads[0], loads[1]}
 	stopped[0].SMPercent = 0
-	list, problems, err = r.WaitTop(ctx, "demo-top", stopped, topTolerance)
+	list, problems, err := r.WaitTop(ctx, "demo-top", stopped, topTolerance)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,22 +126,32 @@ func row(t *testing.T, list *kubectlgpu.TopList, pod string) kubectlgpu.TopRow {
 	return kubectlgpu.TopRow{}
 }
 
-// deviceUtilization is the percent gpu_dra_device_utilization_ratio of uuid
-// shows (every holder's series carries the same GPU-wide value).
-func deviceUtilization(t *testing.T, body, uuid string) float64 {
+// deviceMemory is the memory of the GPU behind a row.
+func deviceMemory(t *testing.T, r *scenarios.Runner, row kubectlgpu.TopRow) int64 {
+	t.Helper()
+	body, err := r.PluginMetrics(testContext(t), row.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(deviceGauge(t, body, "gpu_dra_device_memory_total_bytes", row.UUID))
+}
+
+// deviceGauge is the value of a device reading of uuid (every holder's
+// series of it carries the same GPU-wide value).
+func deviceGauge(t *testing.T, body, name, uuid string) float64 {
 	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range families["gpu_dra_device_utilization_ratio"].GetMetric() {
+	for _, m := range families[name].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "uuid" && l.GetValue() == uuid {
-				return m.GetGauge().GetValue() * 100
+				return m.GetGauge().GetValue()
 			}
 		}
 	}
-	t.Fatalf("no gpu_dra_device_utilization_ratio for %s", uuid)
+	t.Fatalf("no %s for %s", name, uuid)
 	return 0
 }
