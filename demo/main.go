@@ -208,6 +208,8 @@ func runScenario(ctx context.Context, r *scenarios.Runner, n int, s *scenarios.S
 			fmt.Println("  kubectl gpu nodes -o json and kubectl gpu claims -A -o json match the ResourceClaims' allocations")
 		}
 		res.problems = append(res.problems, problems...)
+		// Pods running simulated loads: each one's own use of its GPU.
+		res.problems = append(res.problems, r.ShowTop(ctx, s, os.Stdout)...)
 	}
 	res.took = time.Since(start)
 	return res

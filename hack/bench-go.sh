@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: the Go benchmarks, no cluster: the device model and the plugin over
 # the kubelet stand-in's sockets (pkg/devicemodel, test/node), the plugin's memory
-# (test/crash BenchmarkRSS) and the slice size of each simulated machine, printed as
+# (test/crash BenchmarkRSS), one metrics scrape of 8 GPUs and 32 pods (pkg/telemetry
+# BenchmarkScrape: NVML calls and cgroup reads per scrape) and the slice size of each simulated machine, printed as
 # one table. Pod start latency and scheduler throughput on a real local cluster are
 # hack/demo/bench-cluster.sh's. Record the figures, with the machine they ran on,
 # in docs/performance.md.
@@ -12,7 +13,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(go version | cut -d' ' -f3)" >&2
-go test -run='^$' -bench=. -benchtime="${BENCHTIME:-300x}" ./pkg/devicemodel ./test/node 2>/dev/null | grep '^Benchmark' >>"$out"
+go test -run='^$' -bench=. -benchtime="${BENCHTIME:-300x}" ./pkg/devicemodel ./pkg/telemetry ./test/node 2>/dev/null | grep '^Benchmark' >>"$out"
 go test -run='^$' -bench=RSS -benchtime=3x ./test/crash 2>/dev/null | grep '^Benchmark' >>"$out"
 
 printf '%-58s %14s %s\n' "benchmark" "ns/op" "metrics"

@@ -56,11 +56,22 @@ func (d Dirs) Config(machine, node string) *nodeplugin.Config {
 // (cmd/mps-control-sim) into dir and returns its path; the plugin finds it
 // beside its own binary in a real deployment.
 func BuildMPSControl(dir string) (string, error) {
-	out := filepath.Join(dir, "mps-control-sim")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/gpu-dra/gpu-dra-driver/cmd/mps-control-sim")
+	return buildCommand(dir, "mps-control-sim")
+}
+
+// BuildLoadSim builds the simulated CUDA job (cmd/gpu-load-sim) into dir
+// and returns its path.
+func BuildLoadSim(dir string) (string, error) {
+	return buildCommand(dir, "gpu-load-sim")
+}
+
+// buildCommand builds cmd/<name>, static, into dir.
+func buildCommand(dir, name string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, "github.com/gpu-dra/gpu-dra-driver/cmd/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build mps-control-sim: %w\n%s", err, msg)
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, msg)
 	}
 	return out, nil
 }

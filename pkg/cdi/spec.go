@@ -125,6 +125,9 @@ type specBuilder struct {
 	hostDriverRoot   root
 	files            *DriverFiles
 	containerLibDirs []string
+	// dirs are directories below the driver root mounted read-only at the
+	// same path in every container (WithDriverRootDirs).
+	dirs []string
 }
 
 // build returns the spec for the claim and the CDI device IDs, one per device
@@ -257,6 +260,9 @@ func (b *specBuilder) commonEdits(uuids []string) (cdispec.ContainerEdits, error
 	for _, bin := range b.files.Binaries {
 		edits.Mounts = append(edits.Mounts,
 			bindMount(b.hostDriverRoot.join(bin.Path), path.Join("/usr/bin", bin.Name), readOnlyMountOptions))
+	}
+	for _, dir := range b.dirs {
+		edits.Mounts = append(edits.Mounts, bindMount(b.hostDriverRoot.join(dir), dir, readOnlyMountOptions))
 	}
 	slices.SortStableFunc(edits.Mounts, func(a, b *cdispec.Mount) int {
 		return strings.Compare(a.ContainerPath, b.ContainerPath)

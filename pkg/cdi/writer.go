@@ -79,6 +79,14 @@ func WithContainerLibDirs(dirs ...string) Option {
 	return func(w *writer) { w.builder.containerLibDirs = slices.Clone(dirs) }
 }
 
+// WithDriverRootDirs mounts directories below the driver root, read-only,
+// at the same absolute path into every container of the writer's specs: a
+// simulated driver's process socket directory (pkg/nvmlsim), where a real
+// driver has its persistenced socket.
+func WithDriverRootDirs(dirs ...string) Option {
+	return func(w *writer) { w.builder.dirs = slices.Clone(dirs) }
+}
+
 // WithHostDriverRoot sets where the host, and so the container runtime, sees
 // the driver root, when the plugin sees it elsewhere: a plugin container that
 // mounts a host-installed driver ("/") at /driver-root reads files below

@@ -450,6 +450,27 @@ func TestWithContainerLibDirs(t *testing.T) {
 	}
 }
 
+func TestWithDriverRootDirs(t *testing.T) {
+	r, specDir, w := setup(t, WithDriverRootDirs("/run/nvidia-sim"), WithHostDriverRoot("/host/root"))
+	ids, err := w.WriteClaimSpec(context.Background(), testClaim, testDevices()[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := inject(t, specDir, ids...)
+	var found bool
+	for _, m := range spec.Mounts {
+		if m.Destination == "/run/nvidia-sim" {
+			found = true
+			if m.Source != "/host/root/run/nvidia-sim" || !slices.Contains(m.Options, "ro") {
+				t.Errorf("driver root directory mounted from %s with %v, want read-only from the host driver root", m.Source, m.Options)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no mount of /run/nvidia-sim (root %s)", r.dir)
+	}
+}
+
 // TestWithHostDriverRoot: a plugin container that sees a host-installed driver
 // ("/") at another path reads the files there but names host paths in the
 // spec, with the device numbers of the files it read.

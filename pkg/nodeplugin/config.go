@@ -6,6 +6,7 @@ package nodeplugin
 import (
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -80,6 +81,11 @@ type Config struct {
 	MetricsAuth          string
 	MetricsCertFile      string
 	MetricsKeyFile       string
+	// LocalMetricsAddress, a loopback address, serves the same /metrics
+	// without authentication inside the plugin's pod only: `kubectl gpu
+	// top` reaches it through the API server's pods/portforward, which the
+	// API server authorizes (docs/telemetry.md). Empty disables it.
+	LocalMetricsAddress string
 
 	// ProbeAddress serves the kubelet's /readyz and /livez probes (plain
 	// HTTP, no credentials; empty: off). Checks of the DRA and registration
@@ -146,6 +152,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HealthRecoveryWindow, "health-recovery-window", 10*time.Minute, "Quiet time after the last critical event before an unhealthy GPU is untainted; a GPU reset recovers at once, a lost GPU only when it answers again.")
 	fs.StringVar(&c.HealthTaintEffects, "health-taint-effects", "", "Taint effect per reason, e.g. GPULost=NoExecute,XID79=NoExecute,XID48=NoSchedule; reasons not listed get NoSchedule. Empty: the defaults of docs/health.md.")
 	fs.StringVar(&c.MetricsAddress, "metrics-address", ":9400", "Address for Prometheus /metrics (and, in simulation, /simulate/event); empty disables it.")
+	fs.StringVar(&c.LocalMetricsAddress, "local-metrics-address", "", "Loopback address (127.0.0.1:PORT) serving /metrics without authentication inside the plugin's pod, for `kubectl gpu top` through pods/portforward; needs --metrics-address; empty disables it.")
 	fs.StringVar(&c.MetricsAuth, "metrics-auth", MetricsAuthNone, "Who may use the metrics address: "+MetricsAuthNone+" (anyone, plain HTTP unless --metrics-tls-cert-file is given), or "+MetricsAuthDelegated+
 		" (HTTPS; a bearer token the API server authenticates with a TokenReview, whose user may get the non-resource URL /metrics, or post /simulate/event, by a SubjectAccessReview; docs/telemetry.md).")
 	fs.StringVar(&c.MetricsCertFile, "metrics-tls-cert-file", "", "HTTPS serving certificate of the metrics address (with --metrics-tls-key-file); empty with --metrics-auth=delegated: a self-signed one generated at start.")
@@ -214,6 +221,14 @@ func (c *Config) Validate() error {
 	if c.MetricsAuth != "" && c.MetricsAuth != MetricsAuthNone && c.MetricsAuth != MetricsAuthDelegated {
 		return fmt.Errorf("--metrics-auth=%q: want %s or %s", c.MetricsAuth, MetricsAuthNone, MetricsAuthDelegated)
 	}
+	if c.LocalMetricsAddress != "" {
+		if err := checkLoopback(c.LocalMetricsAddress); err != nil {
+			return fmt.Errorf("--local-metrics-address=%q: %w", c.LocalMetricsAddress, err)
+		}
+		if c.MetricsAddress == "" {
+			return fmt.Errorf("--local-metrics-address needs --metrics-address (the readings are collected for it)")
+		}
+	}
 	if (c.MetricsCertFile == "") != (c.MetricsKeyFile == "") {
 		return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-key-file go together (got %q and %q)", c.MetricsCertFile, c.MetricsKeyFile)
 	}
@@ -236,6 +251,19 @@ func (c *Config) Validate() error {
 		if !known {
 			return fmt.Errorf("--simulate=%q: unknown machine, valid: %v", c.Simulate, nvmlsim.Machines())
 		}
+	}
+	return nil
+}
+
+// checkLoopback accepts HOST:PORT with a loopback IP: the address serves
+// without authentication, so nothing outside the pod may reach it.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("host %q must be a loopback IP (127.0.0.1 or ::1): the address serves without authentication", host)
 	}
 	return nil
 }

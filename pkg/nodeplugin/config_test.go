@@ -29,14 +29,20 @@ func TestConfigValidate(t *testing.T) {
 		"shm size in bytes":         {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1000" }, "use 0Mi or 1Mi"},
 		"shm size too large":        {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "80Ti" }, "at most 1Ti"},
 		// ParseQuantity takes minutes on such exponents.
-		"shm size with an exponent": {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
-		"unknown machine":           {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
-		"metrics auth delegated":    {func(c *Config) { c.MetricsAuth = MetricsAuthDelegated }, ""},
-		"metrics auth unknown":      {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
-		"metrics cert without key":  {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
-		"metrics cert and key":      {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
-		"device plugin check off":   {func(c *Config) { c.DevicePluginCheckPeriod = 0 }, ""},
-		"device plugin check < 0":   {func(c *Config) { c.DevicePluginCheckPeriod = -time.Second }, "--device-plugin-check-period=-1s"},
+		"shm size with an exponent":      {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
+		"unknown machine":                {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
+		"metrics auth delegated":         {func(c *Config) { c.MetricsAuth = MetricsAuthDelegated }, ""},
+		"metrics auth unknown":           {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
+		"metrics cert without key":       {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
+		"metrics cert and key":           {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
+		"local metrics on loopback":      {func(c *Config) { c.MetricsAddress, c.LocalMetricsAddress = ":9400", "127.0.0.1:9401" }, ""},
+		"local metrics on IPv6 loopback": {func(c *Config) { c.MetricsAddress, c.LocalMetricsAddress = ":9400", "[::1]:9401" }, ""},
+		"local metrics on every address": {func(c *Config) { c.MetricsAddress, c.LocalMetricsAddress = ":9400", ":9401" }, "must be a loopback IP"},
+		"local metrics on a name":        {func(c *Config) { c.MetricsAddress, c.LocalMetricsAddress = ":9400", "localhost:9401" }, "must be a loopback IP"},
+		"local metrics without a port":   {func(c *Config) { c.MetricsAddress, c.LocalMetricsAddress = ":9400", "127.0.0.1" }, "--local-metrics-address"},
+		"local metrics without metrics":  {func(c *Config) { c.LocalMetricsAddress = "127.0.0.1:9401" }, "needs --metrics-address"},
+		"device plugin check off":        {func(c *Config) { c.DevicePluginCheckPeriod = 0 }, ""},
+		"device plugin check < 0":        {func(c *Config) { c.DevicePluginCheckPeriod = -time.Second }, "--device-plugin-check-period=-1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

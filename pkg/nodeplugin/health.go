@@ -84,6 +84,14 @@ func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.Ku
 	if hw.sim != nil {
 		extra[simhooks.EventPath] = simhooks.EventHandler(hw.sim)
 	}
+	if cfg.LocalMetricsAddress != "" {
+		// Readings only: no simulation hooks on the unauthenticated port.
+		go func() {
+			if err := telemetry.Serve(ctx, cfg.LocalMetricsAddress, reg, nil, telemetry.Security{}); err != nil {
+				klog.FromContext(ctx).Error(err, "Local metrics server", "address", cfg.LocalMetricsAddress)
+			}
+		}()
+	}
 	if err := telemetry.Serve(ctx, cfg.MetricsAddress, reg, extra, sec); err != nil {
 		klog.FromContext(ctx).Error(err, "Metrics server", "address", cfg.MetricsAddress)
 	}

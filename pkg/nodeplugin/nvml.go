@@ -9,7 +9,9 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/loadsim"
 )
 
 // hardware is what the plugin needs from the node: NVML and the host paths
@@ -21,6 +23,8 @@ type hardware struct {
 	driverRoot     string
 	hostDriverRoot string
 	sysfsRoot      string
+	// cdiOptions are what the hardware adds to the CDI writer's options.
+	cdiOptions []cdi.Option
 	// sim is set in simulation, for tests that inspect the simulated state.
 	sim *nvmlsim.Machine
 }
@@ -36,7 +40,8 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 	if cfg.Simulate == "" {
 		hw.nvml = nvml.New(nvml.WithLibraryPath(cfg.NVMLLibraryPath))
 	} else {
-		if simDir == "" {
+		running := simDir == "" // the plugin, not --print-slices' throw-away copy
+		if running {
 			simDir = filepath.Join(cfg.PluginDataDir, "simulated-"+cfg.Simulate)
 		}
 		m, err := nvmlsim.New(cfg.Simulate,
@@ -60,6 +65,18 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 			return nil, fmt.Errorf("write simulated sysfs: %w", err)
 		}
 		hw.nvml, hw.sim = m, m
+		if running {
+			// The plugin is the simulated driver that load programs register
+			// with; containers of its devices get the socket's directory.
+			// Not fatal: a test's deep temporary driver root can exceed the
+			// 108 bytes of a unix socket path; the plugin works without
+			// simulated processes.
+			if err := m.ServeProcesses(ctx, filepath.Join(hw.driverRoot, nvmlsim.ProcessSocket)); err != nil {
+				logger.Error(err, "Simulated processes cannot register; NVML lists none")
+			} else {
+				hw.cdiOptions = append(hw.cdiOptions, cdi.WithDriverRootDirs("/"+loadsim.ProcessSocketDir))
+			}
+		}
 		if cfg.SimulationHook != nil {
 			cfg.SimulationHook(m)
 		}

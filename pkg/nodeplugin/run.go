@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		PoolName:       cfg.NodeName,
 		MIG:            mig.NewNode(hw.nvml, hw.driverRoot),
 		Store:          checkpoint.NewFileStore(checkpointPath),
-		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, cdi.WithHostDriverRoot(hw.hostDriverRoot)),
+		CDI:            cdi.NewWriter(cfg.CDIDir, hw.driverRoot, files, append(hw.cdiOptions, cdi.WithHostDriverRoot(hw.hostDriverRoot))...),
 		TimeSlicing:    ts,
 		Metrics:        metrics,
 		CheckpointPath: checkpointPath,
@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg *Config) error {
 			return err
 		}
 		collector := telemetry.NewCollector(telemetry.CollectorOptions{
-			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor,
+			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor, Processes: drv.ProcessOwners(),
 			MIGDeviceName: devicemodel.StaticMIGDeviceName,
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)

@@ -83,17 +83,23 @@ func (g *gpu) sortedGpuInstances() []*gpuInstance {
 // injected error.
 func (m *Machine) deviceGuard(index int, prefix string) guard {
 	return func(method string) (nvml.Return, bool) {
-		m.waitWhileHung()
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if ret := m.checkInit(); ret != nvml.SUCCESS {
-			return ret, true
-		}
-		if m.gpus[index].lost {
-			return nvml.ERROR_GPU_IS_LOST, true
-		}
-		return m.consumeFault(prefix+method, index)
+		m.calls.Add(1)
+		return m.checkDevice(index, prefix+method)
 	}
+}
+
+// checkDevice is deviceGuard's check, for calls already counted.
+func (m *Machine) checkDevice(index int, method string) (nvml.Return, bool) {
+	m.waitWhileHung()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ret := m.checkInit(); ret != nvml.SUCCESS {
+		return ret, true
+	}
+	if m.gpus[index].lost {
+		return nvml.ERROR_GPU_IS_LOST, true
+	}
+	return m.consumeFault(method, index)
 }
 
 // locked runs f with the machine lock held.
@@ -161,15 +167,16 @@ func (g *gpu) newHandle() *mock.Device {
 	d.GetTopologyCommonAncestorFunc = g.commonAncestor
 	d.GetFieldValuesFunc = g.getFieldValues
 
+	// Used memory is what the simulated processes hold.
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		total := s.memoryMiB << 20
-		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
+		total, used := s.memoryMiB<<20, g.usedMemory()
+		return nvml.Memory{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
 	}
 	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		total := s.memoryMiB << 20
+		total, used := s.memoryMiB<<20, g.usedMemory()
 		reserved := total / 100 // the driver keeps roughly 1% for itself
 		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total,
-			Reserved: reserved, Free: total - reserved}, nvml.SUCCESS
+			Reserved: reserved, Used: used, Free: total - reserved - min(used, total-reserved)}, nvml.SUCCESS
 	}
 	d.GetBAR1MemoryInfoFunc = func() (nvml.BAR1Memory, nvml.Return) {
 		total := uint64(1) << 37 // 128 GiB BAR1 on SXM data-center GPUs
@@ -191,7 +198,6 @@ func (g *gpu) newHandle() *mock.Device {
 		}
 		return a, nvml.SUCCESS
 	}
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 	d.GetComputeModeFunc = func() (mode nvml.ComputeMode, ret nvml.Return) {
 		g.locked(func() { mode = g.computeMode })
 		return mode, nvml.SUCCESS
@@ -220,6 +226,7 @@ func (g *gpu) newHandle() *mock.Device {
 	d.RegisterEventsFunc = g.registerEvents
 
 	g.setTelemetryFuncs(d)
+	g.setProcessFuncs(d)
 	g.setNvLinkFuncs(d)
 	g.setMigFuncs(d)
 	finishMock(d, "Device", g.m.deviceGuard(g.index, ""))

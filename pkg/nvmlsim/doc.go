@@ -26,5 +26,8 @@
 // Tests can inject failures (InjectError), deliver events such as XIDs (InjectEvent), mark a GPU
 // as fallen off the bus (SetGPULost), inspect MIG state (GpuInstances), and generate a sysfs tree
 // (WriteSysfs) and a driver root with device nodes, libraries and an nvidia-smi script
-// (WriteDriverRoot) so that containers really receive devices.
+// (WriteDriverRoot) so that containers really receive devices. Simulated processes (the load
+// program of pkg/nvmlsim/loadsim, through ServeProcesses, or RegisterProcess) make NVML list running
+// processes, MPS clients, per-process utilization samples and GPM metrics, and drive the
+// device-wide utilization and used memory (processes.go, gpm.go).
 package nvmlsim

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -60,6 +61,13 @@ type Machine struct {
 	driverRoots []string
 	// boots counts simulated reboots; the boot ID derives from it.
 	boots int
+	// processes are the registered simulated processes by PID (processes.go); smSecondsEnded
+	// the SM time of ended ones by device UUID, for GPM.
+	processes      map[uint32]*process
+	smSecondsEnded map[string]float64
+
+	// calls counts the NVML calls answered (Calls).
+	calls atomic.Uint64
 
 	// hangMu guards hung, apart from mu: a hung call waits without holding mu.
 	hangMu sync.Mutex
@@ -100,6 +108,13 @@ func New(machine string, opts ...Option) (*Machine, error) {
 	}
 	m.nvmlInterface = m.newInterface()
 	return m, nil
+}
+
+// Calls returns how many NVML calls the machine answered, on the Interface and on device
+// handles: a benchmark's cost measure. An Interface call that delegates to a handle's method
+// (DeviceGetUUID(d)) counts twice, as it makes two calls.
+func (m *Machine) Calls() uint64 {
+	return m.calls.Load()
 }
 
 // GPUCount returns the number of GPUs of the machine.
@@ -165,6 +180,7 @@ func (m *Machine) newInterface() *mock.Interface {
 	iface.DeviceGetHandleByPciBusIdFunc = m.deviceByPciBusID
 	iface.DeviceGetHandleBySerialFunc = m.deviceBySerial
 	iface.EventSetCreateFunc = m.eventSetCreate
+	m.setGpmFuncs(iface)
 	delegateInterface(iface)
 	finishMock(iface, "Interface", m.interfaceGuard)
 	return iface
@@ -186,6 +202,7 @@ func (m *Machine) initialized() nvml.Return {
 // interfaceGuard applies errors injected for Interface methods (e.g. "Init",
 // "DeviceGetCount") with gpuIndex -1.
 func (m *Machine) interfaceGuard(method string) (nvml.Return, bool) {
+	m.calls.Add(1)
 	m.waitWhileHung()
 	m.mu.Lock()
 	defer m.mu.Unlock()

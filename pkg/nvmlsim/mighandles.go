@@ -267,13 +267,17 @@ func (ci *computeInstance) newMigDevice() *mock.Device {
 	d.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return int(ci.id), nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return ci.uuid, nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) { return g.spec.name + " MIG " + ci.profile.name, nvml.SUCCESS }
+	used := func() (mem uint64) {
+		g.locked(func() { _, mem = usage(ci.processesLocked()) })
+		return mem
+	}
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		total := gi.profile.memoryMiB << 20
-		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
+		total, used := gi.profile.memoryMiB<<20, used()
+		return nvml.Memory{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
 	}
 	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		total := gi.profile.memoryMiB << 20
-		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Free: total}, nvml.SUCCESS
+		total, used := gi.profile.memoryMiB<<20, used()
+		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Used: used, Free: total - used}, nvml.SUCCESS
 	}
 	d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 		return nvml.DeviceAttributes{
@@ -288,7 +292,7 @@ func (ci *computeInstance) newMigDevice() *mock.Device {
 			MemorySizeMB:              gi.profile.memoryMiB,
 		}, nvml.SUCCESS
 	}
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	ci.setProcessFuncs(d)
 	// The parent's answers, computed directly: calling the parent's (guarded) methods would apply
 	// an injected error twice.
 	s := g.spec

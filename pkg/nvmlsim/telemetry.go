@@ -9,7 +9,8 @@ import (
 )
 
 // Telemetry of an idle GPU: values drift slowly (periods of minutes) and differ per GPU, so
-// polling code sees change without noise. They do not depend on simulated load.
+// polling code sees change without noise. Utilization and used memory follow the simulated
+// processes (processes.go) while there are any.
 
 // wave returns a value in [-1, 1] with the given period, phase-shifted by GPU index.
 func (g *gpu) wave(period time.Duration) float64 {
@@ -24,6 +25,12 @@ func (g *gpu) temperatureC() uint32 {
 func (g *gpu) powerMilliwatts() uint32 {
 	s := g.spec
 	return s.idlePowerW*1000 + uint32((1+g.wave(7*time.Minute))*float64(s.powerLimitW)*8) // up to +1.6% of the limit
+}
+
+// usedMemory is the memory the processes on g and its MIG devices hold.
+func (g *gpu) usedMemory() (mem uint64) {
+	g.locked(func() { _, mem = usage(g.processesLocked()) })
+	return mem
 }
 
 func (g *gpu) utilizationPercent() uint32 {
@@ -89,6 +96,11 @@ func (g *gpu) setTelemetryFuncs(d *mock.Device) {
 			return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 		}
 		u := g.utilizationPercent()
+		g.locked(func() {
+			if procs := g.processesLocked(); len(procs) > 0 {
+				u, _ = usage(procs) // a kernel of any process keeps the GPU busy
+			}
+		})
 		return nvml.Utilization{Gpu: u, Memory: u / 2}, nvml.SUCCESS
 	}
 	d.GetClockInfoFunc = g.clockMHz

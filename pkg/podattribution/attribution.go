@@ -27,8 +27,11 @@ const (
 // of device metrics: the pods of the claim's status.reservedFor, recorded at
 // prepare, and the containers of those pods that use the claim, looked up
 // in the background with one GET per pod. The pod fields that say which
-// container uses which claim are immutable, so a successful lookup is never
-// repeated; failed ones are retried with a per-pod exponential backoff. One
+// container uses which claim are immutable, so a successful lookup is
+// repeated only to learn container IDs (which the pod's status gets once its
+// containers start, after prepare): when a process on a GPU runs in a
+// container the last lookup did not list (Processes), at most every
+// refreshInterval. Failed ones are retried with a per-pod exponential backoff. One
 // lookup runs at a time, so prepares never wait for the API server.
 //
 // Nothing is persisted: after a restart the prepare engine records again
@@ -42,6 +45,10 @@ type Attribution struct {
 	// known maps looked-up pods to the containers using each of their
 	// claims (by claim name); a pod found gone has an empty map.
 	known map[types.UID]map[string][]ContainerUse
+	// lookedUp is when each known pod was last read; stale marks a known
+	// pod to read again (learnContainer).
+	lookedUp map[types.UID]time.Time
+	stale    map[types.UID]bool
 }
 
 // podRef is a pod a claim is reserved for.
@@ -64,10 +71,12 @@ func New(pods corev1client.PodsGetter) *Attribution {
 
 func newAttribution(pods corev1client.PodsGetter, limiter workqueue.TypedRateLimiter[podRef]) *Attribution {
 	return &Attribution{
-		pods:   pods,
-		queue:  workqueue.NewTypedRateLimitingQueue(limiter),
-		claims: map[types.UID]claimPods{},
-		known:  map[types.UID]map[string][]ContainerUse{},
+		pods:     pods,
+		queue:    workqueue.NewTypedRateLimitingQueue(limiter),
+		claims:   map[types.UID]claimPods{},
+		known:    map[types.UID]map[string][]ContainerUse{},
+		lookedUp: map[types.UID]time.Time{},
+		stale:    map[types.UID]bool{},
 	}
 }
 
@@ -115,10 +124,10 @@ func (a *Attribution) Consumers(claimUID types.UID) []Consumer {
 	for _, p := range rec.pods {
 		uses := a.known[p.UID][rec.name]
 		if len(uses) == 0 {
-			out = append(out, Consumer{Pod: p.Name})
+			out = append(out, Consumer{Pod: p.Name, PodUID: p.UID})
 		}
 		for _, u := range uses {
-			out = append(out, Consumer{Pod: p.Name, Container: u.Container, Requests: u.Requests})
+			out = append(out, Consumer{Pod: p.Name, PodUID: p.UID, Container: u.Container, ContainerIDs: u.ContainerIDs, Requests: u.Requests})
 		}
 	}
 	return out
@@ -160,6 +169,8 @@ func (a *Attribution) processNext(ctx context.Context) bool {
 	defer a.mu.Unlock()
 	if a.wantedLocked(ref.UID) { // not unprepared meanwhile
 		a.known[ref.UID] = uses
+		a.lookedUp[ref.UID] = time.Now()
+		delete(a.stale, ref.UID)
 	}
 	return true
 }
@@ -189,7 +200,7 @@ func (a *Attribution) needsLookup(uid types.UID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_, known := a.known[uid]
-	return !known && a.wantedLocked(uid)
+	return (!known || a.stale[uid]) && a.wantedLocked(uid)
 }
 
 // wantedLocked reports whether a recorded claim is reserved for the pod.
@@ -209,6 +220,8 @@ func (a *Attribution) pruneLocked() {
 	for uid := range a.known {
 		if !a.wantedLocked(uid) {
 			delete(a.known, uid)
+			delete(a.lookedUp, uid)
+			delete(a.stale, uid)
 		}
 	}
 }

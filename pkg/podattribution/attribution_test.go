@@ -75,23 +75,23 @@ func TestAttribution(t *testing.T) {
 	}{
 		"pod found": {
 			pods: []*corev1.Pod{trainerPod("trainer-0", "pod-1")},
-			want: []Consumer{{Pod: "trainer-0", Container: "exporter", Requests: []string{"small"}}, {Pod: "trainer-0", Container: "trainer"}},
+			want: []Consumer{{Pod: "trainer-0", PodUID: "pod-1", Container: "exporter", Requests: []string{"small"}}, {Pod: "trainer-0", PodUID: "pod-1", Container: "trainer"}},
 			// Two claims and a second prepare of one: still one GET.
 			wantGets: 1,
 		},
 		"transient errors retried": {
 			pods:     []*corev1.Pod{trainerPod("trainer-0", "pod-1")},
 			failures: 2,
-			want:     []Consumer{{Pod: "trainer-0", Container: "exporter", Requests: []string{"small"}}, {Pod: "trainer-0", Container: "trainer"}},
+			want:     []Consumer{{Pod: "trainer-0", PodUID: "pod-1", Container: "exporter", Requests: []string{"small"}}, {Pod: "trainer-0", PodUID: "pod-1", Container: "trainer"}},
 			wantGets: 3,
 		},
 		"pod not found": {
-			want:     []Consumer{{Pod: "trainer-0"}},
+			want:     []Consumer{{Pod: "trainer-0", PodUID: "pod-1"}},
 			wantGets: 1,
 		},
 		"pod recreated under the same name": {
 			pods:     []*corev1.Pod{trainerPod("trainer-0", "pod-2")},
-			want:     []Consumer{{Pod: "trainer-0"}},
+			want:     []Consumer{{Pod: "trainer-0", PodUID: "pod-1"}},
 			wantGets: 1,
 		},
 	}
@@ -160,7 +160,7 @@ func TestAttributionUnpreparedEarly(t *testing.T) {
 
 	a.Record(ctx, reservedClaim("claim-1", podRef{Name: "trainer-0", UID: "pod-1"}))
 	a.Record(ctx, reservedClaim("claim-2", podRef{Name: "trainer-1", UID: "pod-2"}))
-	if got, want := a.Consumers("claim-1"), []Consumer{{Pod: "trainer-0"}}; !reflect.DeepEqual(got, want) {
+	if got, want := a.Consumers("claim-1"), []Consumer{{Pod: "trainer-0", PodUID: "pod-1"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("consumers before the lookup = %+v, want %+v", got, want)
 	}
 	a.Forget("claim-2")
@@ -180,7 +180,7 @@ func TestAttributionWithoutClient(t *testing.T) {
 	a := New(nil)
 	a.Run(ctx) // returns at once
 	a.Record(ctx, reservedClaim("claim-1", podRef{Name: "trainer-0", UID: "pod-1"}))
-	if got, want := a.Consumers("claim-1"), []Consumer{{Pod: "trainer-0"}}; !reflect.DeepEqual(got, want) {
+	if got, want := a.Consumers("claim-1"), []Consumer{{Pod: "trainer-0", PodUID: "pod-1"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("consumers = %+v, want %+v", got, want)
 	}
 	if a.queue.Len() != 0 {

@@ -5,12 +5,17 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Consumer is a pod, and when known one of its containers, using a claim.
 type Consumer struct {
 	Pod       string
+	PodUID    types.UID
 	Container string
+	// ContainerIDs are the runtime IDs the container has had, as far as
+	// the pod's status told when it was last read.
+	ContainerIDs []string
 	// Requests, if set, limits the container to the devices allocated for
 	// these requests of the claim; nil means the whole claim.
 	Requests []string
@@ -19,6 +24,10 @@ type Consumer struct {
 // ContainerUse is one container of a pod that uses a ResourceClaim.
 type ContainerUse struct {
 	Container string
+	// ContainerIDs are the runtime IDs of the container in the pod's
+	// status (current and last terminated, without the "containerd://"
+	// scheme); empty before it started.
+	ContainerIDs []string
 	// Requests, if set, limits the container to the devices allocated for
 	// these requests of the claim (resources.claims[].request); nil means
 	// the whole claim.
@@ -48,6 +57,7 @@ func ClaimContainers(pod *corev1.Pod) map[string][]ContainerUse {
 			claimOf[pc.Name] = generated[pc.Name]
 		}
 	}
+	ids := containerIDs(pod)
 	out := map[string][]ContainerUse{}
 	for _, ctr := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, ref := range ctr.Resources.Claims {
@@ -55,18 +65,39 @@ func ClaimContainers(pod *corev1.Pod) map[string][]ContainerUse {
 			if !ok {
 				continue
 			}
-			out[claim] = addUse(out[claim], ctr.Name, ref.Request)
+			out[claim] = addUse(out[claim], ctr.Name, ref.Request, ids[ctr.Name])
 		}
 	}
 	return out
 }
 
+// containerIDs maps container names to the runtime IDs the pod's status
+// gives them: the running one and the last terminated one.
+func containerIDs(pod *corev1.Pod) map[string][]string {
+	out := map[string][]string{}
+	for _, st := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		for _, id := range []string{st.ContainerID, lastTerminatedID(st)} {
+			if _, bare, ok := strings.Cut(id, "://"); ok && bare != "" && !slices.Contains(out[st.Name], bare) {
+				out[st.Name] = append(out[st.Name], bare)
+			}
+		}
+	}
+	return out
+}
+
+func lastTerminatedID(st corev1.ContainerStatus) string {
+	if st.LastTerminationState.Terminated != nil {
+		return st.LastTerminationState.Terminated.ContainerID
+	}
+	return ""
+}
+
 // addUse records that container uses request ("" for the whole claim),
 // merging several references of one container to the same claim.
-func addUse(uses []ContainerUse, container, request string) []ContainerUse {
+func addUse(uses []ContainerUse, container, request string, ids []string) []ContainerUse {
 	i := slices.IndexFunc(uses, func(u ContainerUse) bool { return u.Container == container })
 	if i < 0 {
-		u := ContainerUse{Container: container}
+		u := ContainerUse{Container: container, ContainerIDs: ids}
 		if request != "" {
 			u.Requests = []string{request}
 		}

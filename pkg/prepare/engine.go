@@ -48,6 +48,9 @@ type Options struct {
 	// Claims, if set with Pods, is used at start to find the pods of
 	// claims prepared before a restart, for the same labels.
 	Claims resourceclient.ResourceClaimsGetter
+	// ProcRoot is where the host's /proc is, to find the pod and container
+	// of a process on a GPU (ProcessOwners); empty means /proc.
+	ProcRoot string
 	// TimeSlicing and MPS set GPUs up for shares; nil refuses such shares.
 	TimeSlicing TimeSlicing
 	MPS         MPS
@@ -103,8 +106,10 @@ type Engine struct {
 	// devices are the published devices by name; set once by SetDevices.
 	devices   map[string]*devicemodel.Published
 	published []devicemodel.Published
-	// attribution names the pods and containers using each prepared claim.
+	// attribution names the pods and containers using each prepared claim,
+	// processes the pod and container of a process on a GPU.
 	attribution *podattribution.Attribution
+	processes   *podattribution.Processes
 
 	mu sync.Mutex // guards cp and batch
 	cp *checkpoint.Checkpoint
@@ -144,6 +149,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 		preparedChanged: make(chan struct{}, 1),
 	}
+	procRoot := opts.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	d.processes = podattribution.NewProcesses(procRoot, d.attribution)
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}

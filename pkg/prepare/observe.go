@@ -77,6 +77,26 @@ func (d *Engine) Holders() map[string][]telemetry.Holder {
 	return holdersFromClaims(d.PreparedClaims(), d.attribution.Consumers)
 }
 
+// ProcessOwners returns the pods and containers of the processes on the
+// GPUs, from their cgroups, for the collector's per-container readings.
+func (d *Engine) ProcessOwners() telemetry.ProcessOwners {
+	return ProcessOwners(d.processes)
+}
+
+// ProcessOwners adapts podattribution.Processes to telemetry.ProcessOwners.
+func ProcessOwners(p *podattribution.Processes) telemetry.ProcessOwners {
+	return processOwners{p}
+}
+
+type processOwners struct{ p *podattribution.Processes }
+
+func (o processOwners) Owner(pid uint32) (telemetry.ProcessOwner, bool) {
+	owner, ok := o.p.Owner(pid)
+	return telemetry.ProcessOwner{PodUID: string(owner.PodUID), ContainerID: owner.ContainerID}, ok
+}
+
+func (o processOwners) Keep(pids map[uint32]bool) { o.p.Keep(pids) }
+
 // holdersFromClaims builds the holder map from the checkpoint's claims.
 // consumers returns the pods and containers using a claim
 // (podattribution.Attribution.Consumers); nil or an empty result yields one
@@ -108,14 +128,15 @@ func holdersFromClaims(claims []checkpoint.PreparedClaim, consumers func(types.U
 
 // deviceHolders returns the holders of one device of claim c.
 func deviceHolders(c checkpoint.PreparedClaim, pd checkpoint.PreparedDevice, users []podattribution.Consumer) []telemetry.Holder {
-	holder := func(pod, container string) telemetry.Holder {
-		return telemetry.Holder{Device: pd.Device, Namespace: c.Namespace, Claim: c.Name, Pod: pod, Container: container}
+	holder := func(u podattribution.Consumer, container string, ids []string) telemetry.Holder {
+		return telemetry.Holder{Device: pd.Device, Namespace: c.Namespace, Claim: c.Name, Pod: u.Pod, Container: container,
+			PodUID: string(u.PodUID), ContainerIDs: ids}
 	}
 	var out []telemetry.Holder
 	covered := map[string]bool{}
 	for _, u := range users {
 		if u.Uses(pd.Request) {
-			out = append(out, holder(u.Pod, u.Container))
+			out = append(out, holder(u, u.Container, u.ContainerIDs))
 			covered[u.Pod] = true
 		}
 	}
@@ -123,7 +144,7 @@ func deviceHolders(c checkpoint.PreparedClaim, pd checkpoint.PreparedDevice, use
 	// containers uses it.
 	for _, u := range users {
 		if !covered[u.Pod] {
-			out = append(out, holder(u.Pod, ""))
+			out = append(out, holder(u, "", nil))
 			covered[u.Pod] = true
 		}
 	}

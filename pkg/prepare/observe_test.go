@@ -45,7 +45,7 @@ func TestHoldersNameContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	uuid := d.PreparedClaims()[0].Devices[0].UUIDs[0]
-	want := []telemetry.Holder{{Device: "gpu-0", Namespace: "ns", Claim: "c", Pod: "trainer-0", Container: "trainer"}}
+	want := []telemetry.Holder{{Device: "gpu-0", Namespace: "ns", Claim: "c", Pod: "trainer-0", Container: "trainer", PodUID: "pod-uid"}}
 	deadline := time.Now().Add(10 * time.Second)
 	for got := d.Holders()[uuid]; !reflect.DeepEqual(got, want); got = d.Holders()[uuid] {
 		if time.Now().After(deadline) {
@@ -158,12 +158,13 @@ func TestHoldersFromClaims(t *testing.T) {
 			{Device: "gpu-2", UUIDs: []string{"GPU-2"}},
 		}},
 	}
-	pods := map[types.UID][]podattribution.Consumer{"u1": {{Pod: "p1"}, {Pod: "p2", Container: "c"}}}
+	pods := map[types.UID][]podattribution.Consumer{"u1": {{Pod: "p1"}, {Pod: "p2", PodUID: "p2-uid", Container: "c", ContainerIDs: []string{"c-id"}}}}
 	got := holdersFromClaims(claims, func(uid types.UID) []podattribution.Consumer { return pods[uid] })
-	if len(got["GPU-0"]) != 2 || got["GPU-0"][1] != (telemetry.Holder{Device: "gpu-0-ts", Namespace: "a", Claim: "shared", Pod: "p2", Container: "c"}) {
+	if len(got["GPU-0"]) != 2 || !reflect.DeepEqual(got["GPU-0"][1], telemetry.Holder{Device: "gpu-0-ts", Namespace: "a", Claim: "shared", Pod: "p2", Container: "c",
+		PodUID: "p2-uid", ContainerIDs: []string{"c-id"}}) {
 		t.Errorf("GPU-0 holders: %+v", got["GPU-0"])
 	}
-	if h := got["MIG-1"]; len(h) != 1 || h[0] != (telemetry.Holder{Device: "gpu-1-mig-1g.10gb-6", Namespace: "b", Claim: "mig"}) {
+	if h := got["MIG-1"]; len(h) != 1 || !reflect.DeepEqual(h[0], telemetry.Holder{Device: "gpu-1-mig-1g.10gb-6", Namespace: "b", Claim: "mig"}) {
 		t.Errorf("MIG-1 holders: %+v", h)
 	}
 	if _, ok := got["GPU-2"]; ok {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -38,6 +39,10 @@ type CollectorOptions struct {
 	Holders HolderSource
 	// Health, if set, adds gpu_dra_device_healthy.
 	Health HealthSource
+	// Processes, if set, attributes the processes NVML lists on each device
+	// to pods and containers, for the per-container readings
+	// (gpu_dra_container_*). Without it those readings carry no holder.
+	Processes ProcessOwners
 	// MIGDeviceName names a MIG device no claim holds as the device model
 	// publishes it (devicemodel.StaticMIGDeviceName); nil leaves the device
 	// label of such MIG devices empty.
@@ -53,6 +58,8 @@ type Collector struct {
 
 	info, up, healthy *metrics.Desc
 	readings          []*reading
+	procReadings      processReadings
+	procs             processState
 }
 
 var _ metrics.StableCollector = (*Collector)(nil)
@@ -71,7 +78,10 @@ func NewCollector(opts CollectorOptions) *Collector {
 		healthy: metrics.NewDesc(namespace+"_"+deviceSubsystem+"_healthy",
 			"1 if the GPU and all its MIG instances are healthy, 0 if the driver considers any of them unhealthy (see docs/health.md).",
 			[]string{"node", "uuid", "gpu"}, nil, metrics.ALPHA, ""),
-		readings: readings(),
+		readings:     readings(),
+		procReadings: newProcessReadings(),
+		procs: processState{lastSeen: map[string]uint64{}, gpm: map[string]nvml.GpmSample{},
+			gpmSupport: map[string]bool{}},
 	}
 	return c
 }
@@ -84,6 +94,7 @@ func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	for _, r := range c.readings {
 		ch <- r.desc
 	}
+	c.procReadings.describe(ch)
 }
 
 // nvmlDevice is one NVIDIA device to read: a GPU or one of its MIG devices.
@@ -94,6 +105,10 @@ type nvmlDevice struct {
 	// name is the device name when no claim holds it.
 	name  string
 	model string
+	// mig marks a MIG device of GPU parent, in GPU instance giID.
+	mig    bool
+	parent nvml.Device
+	giID   int
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -106,6 +121,8 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	if c.opts.Health != nil {
 		snap = c.opts.Health.Snapshot()
 	}
+	c.beginProcesses()
+	defer c.endProcesses()
 	for i := range c.opts.GPUs {
 		g := &c.opts.GPUs[i]
 		gpuName := g.CanonicalName()
@@ -129,6 +146,7 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 		devices := append([]nvmlDevice{{handle: handle, uuid: g.UUID, gpu: g, name: gpuName, model: g.ProductName}}, migDevices(handle, g, c.opts.MIGDeviceName)...)
 		for _, d := range devices {
 			c.collectDevice(ch, d, holders[d.uuid])
+			c.collectProcesses(ch, d, holders[d.uuid])
 		}
 	}
 }
@@ -154,18 +172,18 @@ func holderLabels(node, uuid, gpu, name string, holders []Holder) [][]string {
 	if len(holders) == 0 {
 		return [][]string{{node, uuid, gpu, name, "", "", "", ""}}
 	}
-	seen := map[Holder]bool{}
+	seen := map[string]bool{}
 	var out [][]string
 	for _, h := range holders {
-		if seen[h] {
-			continue
-		}
-		seen[h] = true
 		device := h.Device
 		if device == "" {
 			device = name
 		}
-		out = append(out, []string{node, uuid, gpu, device, h.Namespace, h.Pod, h.Claim, h.Container})
+		labels := []string{node, uuid, gpu, device, h.Namespace, h.Pod, h.Claim, h.Container}
+		if key := strings.Join(labels, "\x00"); !seen[key] {
+			seen[key] = true
+			out = append(out, labels)
+		}
 	}
 	return out
 }
@@ -197,7 +215,7 @@ func migDevices(handle nvml.Device, g *discovery.GPU, name func(*discovery.GPU, 
 		if ret != nvml.SUCCESS {
 			model = g.ProductName + " MIG"
 		}
-		out = append(out, nvmlDevice{handle: md, uuid: uuid, gpu: g, name: devName, model: model})
+		out = append(out, nvmlDevice{handle: md, uuid: uuid, gpu: g, name: devName, model: model, mig: true, parent: handle, giID: gi})
 	}
 	return out
 }

@@ -12,6 +12,11 @@ type Holder struct {
 	// Pod and Container are empty when unknown.
 	Pod       string
 	Container string
+	// PodUID and ContainerIDs, when known, let the collector attribute the
+	// processes on the device (ProcessOwners) to this holder: the pod's
+	// UID and the runtime IDs the container has had (pod status).
+	PodUID       string
+	ContainerIDs []string
 }
 
 // HolderSource tells the collector who holds which device. The prepare

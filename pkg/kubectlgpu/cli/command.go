@@ -26,6 +26,9 @@ type Options struct {
 	// Client, when set, is used instead of a client built from the
 	// kubeconfig flags (tests, or a program embedding the commands).
 	Client kubernetes.Interface
+	// Metrics, when set, reads the plugins' metrics for `top` instead of
+	// a port-forward through the API server (tests).
+	Metrics kubectlgpu.MetricsReader
 }
 
 // NewCommand returns the kubectl-gpu command with its subcommands nodes,
@@ -93,6 +96,52 @@ with one list per resource type.`,
 		},
 	})
 	cmd.AddCommand(claimsCommand(config, &run, client))
+	cmd.AddCommand(topCommand(config, &run, client, opts.Metrics))
+	return cmd
+}
+
+func topCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Options, client func() (kubernetes.Interface, error), reader kubectlgpu.MetricsReader) *cobra.Command {
+	var all bool
+	var top kubectlgpu.TopOptions
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Show what each container uses of its GPUs, MIG devices and shares (SM, memory), like kubectl top pod",
+		Long: `kubectl gpu top shows, per pod and container, the device it uses (whole GPU, MIG device,
+time-slicing or MPS share), the share of the device's SMs its processes used since the
+plugin's previous reading, and the device memory they hold out of the device's memory.
+It reads each kubelet plugin's local metrics port through the API server's
+pods/portforward (no Prometheus needed): the user needs list pods and create
+pods/portforward in the driver's namespace (docs/kubectl-gpu.md).`,
+		Example: `  kubectl gpu top
+  kubectl gpu top -A --node node-a
+  kubectl gpu top -n team-a -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !all {
+				ns, _, err := config.ToRawKubeConfigLoader().Namespace()
+				if err != nil {
+					return fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
+				}
+				top.Namespace = ns
+			}
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			top.Reader = reader
+			if top.Reader == nil {
+				cfg, err := config.ToRESTConfig()
+				if err != nil {
+					return fmt.Errorf("load kubeconfig: %w", err)
+				}
+				top.Reader = portForwarder{config: cfg, client: c}
+			}
+			return kubectlgpu.RunTop(cmd.Context(), c, *run, top)
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Show containers in all namespaces, and processes in no known pod")
+	cmd.Flags().StringVar(&top.Node, "node", "", "Show only this node")
+	cmd.Flags().StringVar(&top.PluginNamespace, "plugin-namespace", "", "Namespace of the kubelet plugin pods (default: any; give it when you may list pods only there)")
 	return cmd
 }
 
