@@ -34,6 +34,8 @@ func TestConfigValidate(t *testing.T) {
 		"metrics auth unknown":      {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
 		"metrics cert without key":  {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
 		"metrics cert and key":      {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
+		"pod uid":                   {func(c *Config) { c.PodUID = "0b5f2c3e-8d1a-4f6b-9c7e-2a4d6f8b0c1e" }, ""},
+		"pod uid with a slash":      {func(c *Config) { c.PodUID = "../x" }, `--pod-uid="../x": must be a pod UID`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}
