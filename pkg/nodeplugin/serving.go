@@ -2,11 +2,14 @@ package nodeplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -106,12 +109,14 @@ func (s *serving) acquire(ctx context.Context, cfg *Config) (*handover.Lock, err
 	check := liveness.RegistrationSocket(legacy)
 	for logged := false; ; logged = true {
 		if _, err := os.Stat(legacy); err != nil {
+			removeStaleSockets(ctx, cfg)
 			return lock, nil
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := check.Run(callCtx)
 		cancel()
 		if err != nil { // a stale socket: nobody serves there
+			removeStaleSockets(ctx, cfg)
 			return lock, nil
 		}
 		if !logged {
@@ -124,6 +129,37 @@ func (s *serving) acquire(ctx context.Context, cfg *Config) (*handover.Lock, err
 			return nil, fmt.Errorf("wait for the instance serving %s to stop: %w", legacy, context.Cause(ctx))
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// removeStaleSockets removes the sockets of this driver's instances that
+// died without removing them (killed), which the kubelet would otherwise
+// keep trying to register: only those nobody listens on. The lock holder
+// calls it, so no older instance still starts up on them.
+func removeStaleSockets(ctx context.Context, cfg *Config) {
+	own := map[string]bool{
+		filepath.Join(cfg.RegistrarDir, cfg.registrationSocketFile()): true,
+		filepath.Join(cfg.PluginDataDir, cfg.draSocketFile()):         true,
+	}
+	reg, _ := filepath.Glob(filepath.Join(cfg.RegistrarDir, cfg.DriverName+"-*-reg.sock"))
+	dra, _ := filepath.Glob(filepath.Join(cfg.PluginDataDir, "dra-*.sock"))
+	for _, path := range append(reg, dra...) {
+		if own[path] {
+			continue
+		}
+		conn, err := net.DialTimeout("unix", path, 5*time.Second)
+		if err == nil {
+			_ = conn.Close()
+			continue
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			klog.FromContext(ctx).Error(err, "Remove a dead plugin instance's socket", "socket", path)
+			continue
+		}
+		klog.FromContext(ctx).Info("Removed a dead plugin instance's socket", "socket", path)
 	}
 }
 

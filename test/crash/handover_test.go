@@ -3,14 +3,17 @@ package crash
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
@@ -54,7 +57,8 @@ func rollingHandOver(t *testing.T, endOld func(*childproc.Child) error) {
 	writeFile(t, filepath.Join(dirs.Root, claimsFile), string(data))
 	ctx := context.Background()
 
-	old := startPod(t, dirs, childproc.Pod{UID: "0ld00000-0000-0000-0000-000000000001"})
+	oldPod := childproc.Pod{UID: "0ld00000-0000-0000-0000-000000000001"}
+	old := startPod(t, dirs, oldPod)
 	if _, err := old.Kubelet.PrepareOne(ctx, before); err != nil {
 		t.Fatalf("prepare on the old instance: %v\n%s", err, pluginLog(dirs))
 	}
@@ -99,6 +103,16 @@ func rollingHandOver(t *testing.T, endOld func(*childproc.Child) error) {
 	}
 	if o, err := handover.ReadOwner(dirs.PluginData); err != nil || o.PID != neu.Pid() || o.PodUID == "" {
 		t.Fatalf("owner after the hand-over = %+v, %v; want the new instance (pid %d)", o, err, neu.Pid())
+	}
+	// The old instance's sockets are gone (a killed one's removed by the
+	// new owner), or the kubelet would keep trying to register them.
+	for _, sock := range []string{
+		filepath.Join(dirs.Registrar, kubeletplugin.RollingUpdateRegistrarSocketFile(dirs.Registrar, driverName, types.UID(oldPod.UID))),
+		filepath.Join(dirs.PluginData, "dra-"+oldPod.UID+".sock"),
+	} {
+		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the old instance's socket %s is still there (%v)", sock, err)
+		}
 	}
 	if got := preparedUIDs(t, dirs); len(got) != 3 {
 		t.Fatalf("checkpoint after the hand-over = %v, want all 3 claims (the new instance read the old one's last write)", got)
