@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,7 +64,10 @@ func rollingHandOver(t *testing.T, endOld func(*childproc.Child) error) {
 
 	// The new instance registers and is Ready without the lock: the
 	// DaemonSet deletes the old pod only once the new one is Ready.
-	probe := freeAddress(t)
+	probe, err := pluginrun.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
 	neu := startPod(t, dirs, childproc.Pod{UID: "ne000000-0000-0000-0000-000000000002", ProbeAddress: probe})
 	defer neu.Kill()
 	waitReady(t, dirs, probe)
@@ -178,16 +180,6 @@ func preparedUIDs(t *testing.T, dirs pluginrun.Dirs) map[types.UID]bool {
 		out[c.UID] = true
 	}
 	return out
-}
-
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
 }
 
 // waitReady waits for the instance's /readyz to pass.
