@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 )
 
 // ErrStopping answers a call that reaches an instance after it began to
@@ -19,8 +24,10 @@ var ErrStopping = errors.New("plugin instance is handing over the node and takes
 // Gate is the kubeletplugin.DRAPlugin an instance serves from its start:
 // calls wait (bounded by their context, the kubelet's call timeout) until
 // Open hands in the real plugin, i.e. until the instance owns the node;
-// after Drain they are refused, and Drain returns once the calls inside
-// the plugin have returned.
+// after Drain they are refused, and Drain returns once the calls in flight
+// have returned. Calls are counted from the moment they reach the gRPC
+// server (Interceptor): the helper does API work (the claims' GET) before
+// it calls the plugin, and stopping the server then would cut the call.
 type Gate struct {
 	fatal context.CancelCauseFunc
 
@@ -57,8 +64,8 @@ func (g *Gate) Open(p kubeletplugin.DRAPlugin) {
 }
 
 // Drain refuses new calls, releases the waiting ones with ErrStopping and
-// waits for the calls inside the plugin to return: afterwards the plugin
-// is no longer called. It may be called more than once.
+// waits for the calls in flight (those Interceptor counted) to return:
+// afterwards the plugin is no longer called. It may be called more than once.
 func (g *Gate) Drain() {
 	g.mu.Lock()
 	if !g.draining {
@@ -78,9 +85,29 @@ func (g *Gate) isOpen() bool {
 	}
 }
 
-// enter waits until the gate is open and counts the caller in; done must
-// be called when the call returns from the plugin.
-func (g *Gate) enter(ctx context.Context) (p kubeletplugin.DRAPlugin, done func(), err error) {
+// Interceptor counts the gRPC calls in flight for Drain and refuses new
+// ones once it began. Install it on the helper (kubeletplugin.GRPCInterceptor).
+func (g *Gate) Interceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		g.mu.Lock()
+		if g.draining {
+			g.mu.Unlock()
+			method := ""
+			if info != nil {
+				method = info.FullMethod
+			}
+			klog.FromContext(ctx).Info("Refused a call: this instance is handing the node over", "method", method)
+			return nil, status.Error(codes.Unavailable, ErrStopping.Error())
+		}
+		g.inflight.Add(1)
+		g.mu.Unlock()
+		defer g.inflight.Done()
+		return handler(ctx, req)
+	}
+}
+
+// enter waits until the gate is open and returns the plugin to call.
+func (g *Gate) enter(ctx context.Context) (kubeletplugin.DRAPlugin, error) {
 	select {
 	case <-g.open:
 	case <-g.stopping:
@@ -88,15 +115,14 @@ func (g *Gate) enter(ctx context.Context) (p kubeletplugin.DRAPlugin, done func(
 		g.mu.Lock()
 		holder := g.holder
 		g.mu.Unlock()
-		return nil, nil, fmt.Errorf("wait for the node's hand-over from %s: %w", holder, context.Cause(ctx))
+		return nil, fmt.Errorf("wait for the node's hand-over from %s: %w", holder, context.Cause(ctx))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.draining {
-		return nil, nil, ErrStopping
+		return nil, ErrStopping
 	}
-	g.inflight.Add(1)
-	return g.plugin, g.inflight.Done, nil
+	return g.plugin, nil
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
@@ -107,21 +133,19 @@ func (g *Gate) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.
 	if len(claims) == 0 && !g.isOpen() {
 		return map[types.UID]kubeletplugin.PrepareResult{}, nil
 	}
-	p, done, err := g.enter(ctx)
+	p, err := g.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
 	return p.PrepareResourceClaims(ctx, claims)
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (g *Gate) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	p, done, err := g.enter(ctx)
+	p, err := g.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
 	return p.UnprepareResourceClaims(ctx, claims)
 }
 

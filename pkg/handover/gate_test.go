@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,10 +44,14 @@ func (p *plugin) HandleError(context.Context, error, string) { p.calls <- "error
 
 var claim = &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "u1"}}
 
+// prepareAsync calls Prepare as the helper's gRPC server does, through
+// the gate's interceptor.
 func prepareAsync(g *Gate, ctx context.Context) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		_, err := g.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
+		_, err := g.Interceptor()(ctx, nil, nil, func(ctx context.Context, _ any) (any, error) {
+			return g.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
+		})
 		done <- err
 	}()
 	return done
@@ -85,8 +92,8 @@ func TestGateDeadlineNamesHolder(t *testing.T) {
 	}
 }
 
-// Drain waits for the call inside the plugin, refuses new calls and
-// releases waiting ones.
+// Drain waits for the calls in flight — also one the helper has not
+// handed to the plugin yet — refuses new calls and releases waiting ones.
 func TestGateDrain(t *testing.T) {
 	g, p := NewGate(nil), newPlugin()
 	g.Open(p)
@@ -99,6 +106,33 @@ func TestGateDrain(t *testing.T) {
 		t.Fatal("Drain returned while a call was inside the plugin")
 	case <-time.After(500 * time.Millisecond):
 	}
+	// A call still in the helper (its claims' GET) when Drain began.
+	handlerReached, handlerGo := make(chan struct{}), make(chan struct{})
+	early := make(chan error, 1)
+	g2 := NewGate(nil)
+	g2.Open(newPlugin())
+	go func() {
+		_, err := g2.Interceptor()(context.Background(), nil, nil, func(context.Context, any) (any, error) {
+			close(handlerReached)
+			<-handlerGo
+			return nil, nil
+		})
+		early <- err
+	}()
+	<-handlerReached
+	drained2 := make(chan struct{})
+	go func() { g2.Drain(); close(drained2) }()
+	select {
+	case <-drained2:
+		t.Fatal("Drain returned while a call was in the helper")
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(handlerGo)
+	if err := waitFor(t, early); err != nil {
+		t.Fatalf("call in the helper: %v", err)
+	}
+	<-drained2
+
 	close(p.release)
 	if err := waitFor(t, inflight); err != nil {
 		t.Fatalf("in-flight prepare: %v", err)
@@ -111,6 +145,9 @@ func TestGateDrain(t *testing.T) {
 	if _, err := g.UnprepareResourceClaims(context.Background(), nil); !errors.Is(err, ErrStopping) {
 		t.Fatalf("Unprepare after Drain = %v, want ErrStopping", err)
 	}
+	if err := waitFor(t, prepareAsync(g, context.Background())); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a gRPC call after Drain = %v, want Unavailable", err)
+	}
 	if len(p.calls) != 0 {
 		t.Fatalf("plugin called after Drain: %q", <-p.calls)
 	}
@@ -118,6 +155,11 @@ func TestGateDrain(t *testing.T) {
 	// A gate that never opened releases its waiters.
 	closed := NewGate(nil)
 	waiting := prepareAsync(closed, context.Background())
+	select {
+	case err := <-waiting:
+		t.Fatalf("prepare returned (%v) on a closed gate", err)
+	case <-time.After(300 * time.Millisecond): // counted in, waiting
+	}
 	closed.Drain()
 	if err := waitFor(t, waiting); !errors.Is(err, ErrStopping) {
 		t.Fatalf("waiting prepare after Drain = %v, want ErrStopping", err)

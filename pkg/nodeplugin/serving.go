@@ -55,6 +55,7 @@ func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Inte
 		// claim wait for the slowest one on any GPU. The hand-over lock
 		// keeps two instances apart.
 		kubeletplugin.Serialize(false),
+		kubeletplugin.GRPCInterceptor(s.gate.Interceptor()),
 	)
 	helper, err := kubeletplugin.Start(helperCtx, s.gate, opts...)
 	if err != nil {

@@ -16,7 +16,9 @@ import (
 )
 
 // registration answers GetInfo like a plugin of an earlier release.
-type registration struct{ registerapi.UnimplementedRegistrationServer }
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+}
 
 func (registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	return &registerapi.PluginInfo{Type: registerapi.DRAPlugin, Name: vocabulary.DriverName}, nil

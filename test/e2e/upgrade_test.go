@@ -14,7 +14,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
@@ -80,9 +79,12 @@ func TestRollingUpgradeZeroDowntime(t *testing.T) {
 	time.Sleep(5 * time.Second) // a few pods after the upgrade
 	stopStream()
 	<-streamDone
-	maxPlugins := pluginPods()
+	maxPlugins, restarts := pluginPods()
 
 	s.report(t)
+	for _, r := range restarts {
+		t.Errorf("plugin pod %s during the upgrade", r)
+	}
 	if maxPlugins < 2 {
 		t.Errorf("at most %d plugin pod(s) on the node at once: the DaemonSet did not surge (maxSurge 1)", maxPlugins)
 	}
@@ -280,11 +282,12 @@ func ctr(t *testing.T, ctx context.Context, args ...string) {
 	}
 }
 
-// watchPluginPods counts the node's plugin pods every half second until
-// ctx ends; the returned function gives the most seen at once.
-func watchPluginPods(ctx context.Context) func() int {
+// watchPluginPods watches the node's plugin pods every half second until
+// ctx ends; the returned function gives the most seen at once and the
+// plugin container restarts seen (a crash during the hand-over).
+func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
 	var mu sync.Mutex
-	most := 0
+	most, restarted := 0, map[string]int32{}
 	go func() {
 		for ctx.Err() == nil {
 			pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{
@@ -292,20 +295,25 @@ func watchPluginPods(ctx context.Context) func() int {
 				FieldSelector: "spec.nodeName=" + env.node,
 			})
 			if err == nil {
-				uids := map[types.UID]bool{}
-				for _, p := range pods.Items {
-					uids[p.UID] = true
-				}
 				mu.Lock()
-				most = max(most, len(uids))
+				most = max(most, len(pods.Items))
+				for i := range pods.Items {
+					if n := pluginRestarts(&pods.Items[i]); n > 0 {
+						restarted[pods.Items[i].Name] = max(restarted[pods.Items[i].Name], n)
+					}
+				}
 				mu.Unlock()
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
 	}()
-	return func() int {
+	return func() (int, []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return most
+		var out []string
+		for name, n := range restarted {
+			out = append(out, fmt.Sprintf("%s restarted %d times", name, n))
+		}
+		return most, out
 	}
 }
