@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 )
 
 // Load of TestRollingUpgradeZeroDowntime: a pod a second for at least a
@@ -137,18 +136,7 @@ func (s *stream) one(streamCtx context.Context, name, template string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(streamCtx), 5*time.Minute)
 	defer cancel()
 	c := env.cluster.Client.CoreV1().Pods(s.ns)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: &template}},
-			Containers: []corev1.Container{{
-				Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:   []string{"sleep", "86400"},
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
-			}},
-		},
-	}
+	pod := newClaimPod(s.ns, name, template)
 	created := time.Now()
 	if _, err := c.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		s.fail("create pod %s: %v", name, err)
