@@ -68,6 +68,10 @@ type Config struct {
 	MPSShmSize   string
 	PodName      string
 	PodNamespace string
+	// PodUID is the plugin pod's UID (downward API). Set, the plugin runs
+	// for rolling upgrades: its sockets carry the UID, and a newer instance
+	// serves beside it while the node is handed over (pkg/handover).
+	PodUID string
 
 	// Health: XIDs that change nothing, quiet time before a GPU is healthy
 	// again, taint effects per reason; MetricsAddress serves /metrics,
@@ -148,6 +152,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSDaemonServiceAccount, "mps-daemon-service-account", "", "Service account of MPS control daemon pods (they mount no token); empty: the namespace's default.")
 	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
+	fs.StringVar(&c.PodUID, "pod-uid", "", "UID of the plugin's own pod (downward API). Set, a new plugin pod serves beside the old one during a rolling upgrade (kubelet 1.33 or newer): socket names carry the UID, and the node's state is handed over under a lock in --plugin-data-dir (docs/operations.md, Upgrade).")
 	fs.StringVar(&c.IgnoredXIDs, "ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs), "XIDs that do not make a GPU unhealthy (application errors; see docs/health.md).")
 	fs.DurationVar(&c.HealthRecoveryWindow, "health-recovery-window", 10*time.Minute, "Quiet time after the last critical event before an unhealthy GPU is untainted; a GPU reset recovers at once, a lost GPU only when it answers again.")
 	fs.StringVar(&c.HealthTaintEffects, "health-taint-effects", "", "Taint effect per reason, e.g. GPULost=NoExecute,XID79=NoExecute,XID48=NoSchedule; reasons not listed get NoSchedule. Empty: the defaults of docs/health.md.")
@@ -178,6 +183,9 @@ func (c *Config) AddHardwareFlags(fs *pflag.FlagSet) {
 // shmSize is what --mps-shm-size accepts: a plain size, without the
 // decimal exponents that make resource.ParseQuantity slow.
 var shmSize = regexp.MustCompile(`^-?[0-9]{1,16}(\.[0-9]{1,9})?(Ki|Mi|Gi|Ti|k|M|G|T)?$`)
+
+// podUID is what --pod-uid accepts: it becomes part of socket file names.
+var podUID = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
 
 // maxShmSize bounds --mps-shm-size: more than any node's memory is a typo.
 const maxShmSize = 1 << 40
@@ -218,6 +226,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--mps-shm-size needs --mps-daemon-image: a daemon run as the plugin's own process cannot see the tmpfs at /dev/shm")
 		}
 	}
+	if c.PodUID != "" && !podUID.MatchString(c.PodUID) {
+		return fmt.Errorf("--pod-uid=%q: must be a pod UID (letters, digits and dashes, at most 64): it names the plugin's sockets", c.PodUID)
+	}
 	if c.MetricsAuth != "" && c.MetricsAuth != MetricsAuthNone && c.MetricsAuth != MetricsAuthDelegated {
 		return fmt.Errorf("--metrics-auth=%q: want %s or %s", c.MetricsAuth, MetricsAuthNone, MetricsAuthDelegated)
 	}
@@ -233,7 +244,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-key-file go together (got %q and %q)", c.MetricsCertFile, c.MetricsKeyFile)
 	}
 	if c.ProbeAddress != "" {
-		if _, err := c.prober(nil); err != nil {
+		if _, err := c.prober(func() nvml.Interface { return nil }); err != nil {
 			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
 		}
 	}

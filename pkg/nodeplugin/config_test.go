@@ -43,6 +43,8 @@ func TestConfigValidate(t *testing.T) {
 		"local metrics without metrics":  {func(c *Config) { c.LocalMetricsAddress = "127.0.0.1:9401" }, "needs --metrics-address"},
 		"device plugin check off":        {func(c *Config) { c.DevicePluginCheckPeriod = 0 }, ""},
 		"device plugin check < 0":        {func(c *Config) { c.DevicePluginCheckPeriod = -time.Second }, "--device-plugin-check-period=-1s"},
+		"pod uid":                        {func(c *Config) { c.PodUID = "0b5f2c3e-8d1a-4f6b-9c7e-2a4d6f8b0c1e" }, ""},
+		"pod uid with a slash":           {func(c *Config) { c.PodUID = "../x" }, `--pod-uid="../x": must be a pod UID`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

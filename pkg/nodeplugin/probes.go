@@ -3,29 +3,65 @@ package nodeplugin
 import (
 	"context"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
 )
 
 // The helper's sockets, named here so that the probes check the sockets
-// the kubelet uses (the helper's defaults, made explicit).
-const draSocketFile = "dra.sock"
+// the kubelet uses. Without --pod-uid they are the helper's fixed names;
+// with it (rolling upgrades) both carry the pod's UID, as the helper names
+// them, so that the old and the new instance serve side by side.
+func (c *Config) draSocketFile() string {
+	if c.PodUID != "" {
+		return "dra-" + c.PodUID + ".sock"
+	}
+	return "dra.sock"
+}
 
-func (c *Config) registrationSocketFile() string { return c.DriverName + "-reg.sock" }
+func (c *Config) registrationSocketFile() string {
+	if c.PodUID != "" {
+		return kubeletplugin.RollingUpdateRegistrarSocketFile(c.RegistrarDir, c.DriverName, types.UID(c.PodUID))
+	}
+	return c.DriverName + "-reg.sock"
+}
+
+// socketOptions are the helper's options that name the sockets.
+func (c *Config) socketOptions() []kubeletplugin.Option {
+	opts := []kubeletplugin.Option{
+		kubeletplugin.RegistrarDirectoryPath(c.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(c.PluginDataDir),
+		kubeletplugin.PluginSocket(c.draSocketFile()),
+	}
+	if c.PodUID != "" {
+		return append(opts, kubeletplugin.RollingUpdate(types.UID(c.PodUID)))
+	}
+	return append(opts, kubeletplugin.RegistrarSocketFilename(c.registrationSocketFile()))
+}
 
 // prober returns the probes' checks of the plugin's serving path: the DRA
-// and registration sockets, and NVML (lib; nil only to validate flags).
-func (c *Config) prober(lib nvml.Interface) (*liveness.Prober, error) {
+// and registration sockets, and NVML. lib returns the NVML in use, nil
+// while the instance waits to own the node (it opens NVML only then: the
+// simulation's state is the node's); the check passes until then.
+func (c *Config) prober(lib func() nvml.Interface) (*liveness.Prober, error) {
+	nvmlCheck := liveness.Check{Name: "nvml", Run: func(ctx context.Context) error {
+		if l := lib(); l != nil {
+			return liveness.NVML(l).Run(ctx)
+		}
+		return nil
+	}}
 	return liveness.New(liveness.Options{
 		Period: c.ProbePeriod, Timeout: c.ProbeTimeout, FailureThreshold: c.LivenessFailureThreshold,
 		Checks: []liveness.Check{
-			liveness.DRASocket(filepath.Join(c.PluginDataDir, draSocketFile)),
+			liveness.DRASocket(filepath.Join(c.PluginDataDir, c.draSocketFile())),
 			liveness.RegistrationSocket(filepath.Join(c.RegistrarDir, c.registrationSocketFile())),
-			liveness.NVML(lib),
+			nvmlCheck,
 		},
 	})
 }
@@ -33,8 +69,13 @@ func (c *Config) prober(lib nvml.Interface) (*liveness.Prober, error) {
 // serveProbes runs the probe checks and serves them on --probe-address
 // until ctx ends; a server that cannot listen is fatal, as the kubelet
 // would otherwise restart the plugin for failed probes without a reason.
-func serveProbes(ctx context.Context, cfg *Config, hw *hardware, fatal context.CancelCauseFunc) error {
-	p, err := cfg.prober(hw.nvml)
+func serveProbes(ctx context.Context, cfg *Config, lib *atomic.Pointer[nvml.Interface], fatal context.CancelCauseFunc) error {
+	p, err := cfg.prober(func() nvml.Interface {
+		if l := lib.Load(); l != nil {
+			return *l
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
@@ -38,6 +37,26 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err := os.MkdirAll(cfg.PluginDataDir, 0o750); err != nil {
 		return fmt.Errorf("create plugin data directory: %w", err)
 	}
+	client, err := kubeClient(cfg)
+	if err != nil {
+		return err
+	}
+	srv := newServing(cancel)
+	defer srv.stop(ctx)
+	if cfg.PodUID != "" { // a rolling update: register, then wait for the old instance (docs/operations.md, Upgrade)
+		if err := srv.start(ctx, cfg, client, cancel); err != nil {
+			return err
+		}
+	}
+	lock, err := srv.acquire(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return shutdown(ctx)
+		}
+		return err
+	}
+	defer func() { srv.stop(ctx); lock.Release(ctx) }() // nothing mutates after
+
 	hw, err := openHardware(ctx, cfg, "")
 	if err != nil {
 		return err
@@ -50,10 +69,6 @@ func Run(ctx context.Context, cfg *Config) error {
 	files, err := cdi.DiscoverDriverFiles(hw.driverRoot)
 	if err != nil {
 		return fmt.Errorf("discover NVIDIA driver files under %s: %w", hw.driverRoot, err)
-	}
-	client, err := kubeClient(cfg)
-	if err != nil {
-		return err
 	}
 	ts, mps, err := sharingManagers(ctx, cfg, hw, client)
 	if err != nil {
@@ -103,26 +118,13 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 	defer func() { <-monitor.Done() }() // before NVML shuts down
 
-	helper, err := kubeletplugin.Start(ctx, drv,
-		kubeletplugin.KubeClient(client),
-		kubeletplugin.NodeName(cfg.NodeName),
-		kubeletplugin.DriverName(cfg.DriverName),
-		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
-		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
-		kubeletplugin.PluginSocket(draSocketFile),
-		kubeletplugin.RegistrarSocketFilename(cfg.registrationSocketFile()),
-		// The driver locks per GPU; serializing all calls would make every
-		// claim wait for the slowest one on any GPU.
-		kubeletplugin.Serialize(false),
-	)
-	if err != nil {
-		return fmt.Errorf("start kubelet plugin: %w", err)
+	if err := srv.own(ctx, cfg, client, cancel, drv, hw.nvml); err != nil {
+		return err
 	}
-	defer helper.Stop()
-	var target publisher.Target = helper
+	var target publisher.Target = srv.helper
 	if cfg.DevicePluginCheckPeriod > 0 { // never publish beside a device plugin (docs/migration.md)
 		gate := coexistence.New(coexistence.Options{Client: client, NodeName: cfg.NodeName, DriverName: cfg.DriverName,
-			Target: helper, Period: cfg.DevicePluginCheckPeriod})
+			Target: srv.helper, Period: cfg.DevicePluginCheckPeriod})
 		go gate.Run(ctx)
 		target = gate
 	}
@@ -144,14 +146,10 @@ func Run(ctx context.Context, cfg *Config) error {
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
 	}
-	if cfg.ProbeAddress != "" {
-		if err := serveProbes(ctx, cfg, hw, cancel); err != nil {
-			return err
-		}
-	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(node.gpus))
 
 	<-ctx.Done()
+	srv.stop(ctx) // before the deferred health monitor wait, NVML shutdown and hand-over
 	return shutdown(ctx)
 }
 

@@ -62,7 +62,8 @@ func runChild(root string) error {
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = apiserver.NodeClient(nodeName, claims...)
-	cfg.FaultHook = childproc.KillAt(root, childproc.CrashAt())
+	cfg.FaultHook = childproc.Journaling(root, childproc.KillAt(root, childproc.CrashAt()))
+	childproc.ConfigurePod(cfg)
 	return childproc.Serve(cfg)
 }
 

@@ -69,10 +69,9 @@ func celSelector(expr string) []resourceapi.DeviceSelector {
 	return []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
 }
 
-// claimPod creates a pod using a claim from the template and waits until it runs.
-func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *corev1.Pod {
-	t.Helper()
-	pod := &corev1.Pod{
+// newClaimPod is a pod that sleeps with a claim from the template.
+func newClaimPod(ns, name, template string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
@@ -84,6 +83,12 @@ func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *cor
 			}},
 		},
 	}
+}
+
+// claimPod creates a pod using a claim from the template and waits until it runs.
+func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *corev1.Pod {
+	t.Helper()
+	pod := newClaimPod(ns, name, template)
 	if _, err := env.cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, name, err)
 	}

@@ -13,17 +13,24 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
 	envRoot    = "GPU_DRA_CRASH_CHILD_ROOT"
 	envCrashAt = "GPU_DRA_CRASH_AT"
+	envPodUID  = "GPU_DRA_CRASH_CHILD_POD_UID"
+	envProbe   = "GPU_DRA_CRASH_CHILD_PROBE_ADDRESS"
 	// hitFile, in the root, names the fault point a child killed itself at.
 	hitFile = "fault-hit"
 	logFile = "plugin.log"
@@ -45,6 +52,34 @@ func RunIfChild(run func(root string) error) {
 
 // CrashAt is the fault point this child must die at ("" for none).
 func CrashAt() string { return os.Getenv(envCrashAt) }
+
+// Pod is one instance of the plugin's DaemonSet pod, for rolling updates:
+// instances with distinct UIDs serve side by side on the same directories.
+type Pod struct {
+	UID string
+	// ProbeAddress, when set, serves the instance's probes there.
+	ProbeAddress string
+}
+
+// ConfigurePod sets this child's pod UID and probe address in cfg, as
+// StartPod asked (nothing for a child of Start).
+func ConfigurePod(cfg *nodeplugin.Config) {
+	cfg.PodUID, cfg.ProbeAddress = os.Getenv(envPodUID), os.Getenv(envProbe)
+}
+
+// StartPod runs the plugin as pod on dirs, beside any instance already
+// serving there, and waits up to timeout for it to register on its own
+// registration socket.
+func StartPod(dirs pluginrun.Dirs, pod Pod, timeout time.Duration) (*Child, error) {
+	c, err := spawnBinary(os.Args[0], dirs, "", envPodUID+"="+pod.UID, envProbe+"="+pod.ProbeAddress)
+	if err != nil {
+		return nil, err
+	}
+	socket := filepath.Join(dirs.Registrar, kubeletplugin.RollingUpdateRegistrarSocketFile(dirs.Registrar, vocabulary.DriverName, types.UID(pod.UID)))
+	return c.register(timeout, func(ctx context.Context) (*kubelet.Kubelet, error) {
+		return kubelet.RegisterSocket(ctx, socket, timeout)
+	})
+}
 
 // KillAt returns a driver FaultHook that records point in the root's hit
 // file and kills the process with SIGKILL when the driver reaches it.
@@ -91,6 +126,14 @@ func StartBinary(bin string, dirs pluginrun.Dirs, crashAt string, timeout time.D
 	if err != nil {
 		return nil, err
 	}
+	return c.register(timeout, func(ctx context.Context) (*kubelet.Kubelet, error) {
+		return kubelet.Register(ctx, dirs.Registrar, timeout)
+	})
+}
+
+// register waits for the started plugin to register, killing it if it
+// does not.
+func (c *Child) register(timeout time.Duration, register func(context.Context) (*kubelet.Kubelet, error)) (*Child, error) {
 	// An early exit (a crash in recovery, a failing start) ends the wait.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -101,7 +144,7 @@ func StartBinary(bin string, dirs pluginrun.Dirs, crashAt string, timeout time.D
 		case <-ctx.Done():
 		}
 	}()
-	k, err := kubelet.Register(ctx, dirs.Registrar, timeout)
+	k, err := register(ctx)
 	if err != nil {
 		select {
 		case <-c.done:
@@ -144,8 +187,12 @@ func spawn(dirs pluginrun.Dirs, crashAt string) (*Child, error) {
 	return spawnBinary(os.Args[0], dirs, crashAt)
 }
 
-func spawnBinary(bin string, dirs pluginrun.Dirs, crashAt string) (*Child, error) {
-	_ = os.RemoveAll(dirs.Registrar)
+// spawnBinary starts bin; without a pod UID in env, as the only instance
+// (stale registration sockets are removed, as a restarted node's are).
+func spawnBinary(bin string, dirs pluginrun.Dirs, crashAt string, env ...string) (*Child, error) {
+	if len(env) == 0 {
+		_ = os.RemoveAll(dirs.Registrar)
+	}
 	if err := os.MkdirAll(dirs.Registrar, 0o750); err != nil {
 		return nil, err
 	}
@@ -155,7 +202,7 @@ func spawnBinary(bin string, dirs pluginrun.Dirs, crashAt string) (*Child, error
 	}
 	defer func() { _ = log.Close() }()
 	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envRoot+"="+dirs.Root, envCrashAt+"="+crashAt)
+	cmd.Env = append(append(os.Environ(), envRoot+"="+dirs.Root, envCrashAt+"="+crashAt), env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -233,4 +280,49 @@ func TakeHit(dirs pluginrun.Dirs) (string, bool) {
 	}
 	_ = os.Remove(path)
 	return string(data), true
+}
+
+// journalFile, in the root, lists the fault points children passed.
+const journalFile = "journal"
+
+// Step is one fault point a child passed: which process, which step.
+type Step struct {
+	PID   int
+	Point string
+}
+
+// Journaling returns a driver FaultHook that appends each step the driver
+// takes to the root's journal, then calls next (if set): a record of which
+// process mutated the node's state when, across processes.
+func Journaling(root string, next func(string)) func(string) {
+	path := filepath.Join(root, journalFile)
+	return func(point string) {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			_, _ = fmt.Fprintf(f, "%d %s\n", os.Getpid(), point) // one write: O_APPEND keeps lines whole
+			_ = f.Close()
+		}
+		if next != nil {
+			next(point)
+		}
+	}
+}
+
+// Journal returns the steps the children on dirs passed, in order.
+func Journal(dirs pluginrun.Dirs) ([]Step, error) {
+	data, err := os.ReadFile(filepath.Join(dirs.Root, journalFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var steps []Step
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var s Step
+		if _, err := fmt.Sscanf(line, "%d %s", &s.PID, &s.Point); err != nil {
+			return nil, fmt.Errorf("journal line %q: %w", line, err)
+		}
+		steps = append(steps, s)
+	}
+	return steps, nil
 }

@@ -33,10 +33,20 @@ type Kubelet struct {
 // performs the kubelet's registration handshake and connects to the DRA
 // endpoint the plugin announces.
 func Register(ctx context.Context, registrarDir string, timeout time.Duration) (*Kubelet, error) {
+	return retry(ctx, timeout, func() (*Kubelet, error) { return register(ctx, registrarDir) })
+}
+
+// RegisterSocket is Register with one plugin instance's registration
+// socket, for a directory where two instances serve (a rolling update).
+func RegisterSocket(ctx context.Context, socket string, timeout time.Duration) (*Kubelet, error) {
+	return retry(ctx, timeout, func() (*Kubelet, error) { return registerAt(ctx, socket) })
+}
+
+func retry(ctx context.Context, timeout time.Duration, register func() (*Kubelet, error)) (*Kubelet, error) {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for time.Now().Before(deadline) {
-		k, err := register(ctx, registrarDir)
+		k, err := register()
 		if err == nil {
 			return k, nil
 		}
@@ -64,6 +74,10 @@ func register(ctx context.Context, registrarDir string) (*Kubelet, error) {
 	if socket == "" {
 		return nil, fmt.Errorf("no registration socket in %s", registrarDir)
 	}
+	return registerAt(ctx, socket)
+}
+
+func registerAt(ctx context.Context, socket string) (*Kubelet, error) {
 	regConn, err := dial(socket)
 	if err != nil {
 		return nil, err
