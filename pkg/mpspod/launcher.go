@@ -147,6 +147,10 @@ func (l *Launcher) pods(ctx context.Context, match func(daemon string) bool) ([]
 // pod, fatal when the pod ended or its container cannot be created.
 func (l *Launcher) Inspect(ctx context.Context, d sharing.Daemon) (string, bool) {
 	pods, err := l.pods(ctx, func(name string) bool { return name == d.Name })
+	// An earlier daemon's pod that Launch deleted may still be terminating
+	// (Succeeded until the kubelet is done with it): it is not this daemon,
+	// and the API server lists pods by name, not by age.
+	pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	switch {
 	case err != nil:
 		return err.Error(), false
