@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/podattribution"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
@@ -94,8 +95,12 @@ type Store interface {
 // parallel: the only node-wide lock guards the in-memory checkpoint and its
 // (short) save, never device work.
 type Engine struct {
-	opts  Options
-	locks *keyedMutex
+	opts Options
+	// claimLocks serialize the prepare, unprepare and stale release
+	// (ReleaseClaim) of one claim, by UID; a claim's lock is taken before
+	// its GPUs' locks.
+	claimLocks keyedmutex.Mutex
+	locks      *keyedMutex
 	store Store
 	// health reports device health to the kubelet; set once by SetHealth.
 	health Health
