@@ -91,6 +91,11 @@ type Config struct {
 	ProbeTimeout             time.Duration
 	LivenessFailureThreshold int
 
+	// StaleClaimGracePeriod is how long a prepared claim whose
+	// ResourceClaim is gone (or no longer allocated here) is kept before
+	// the plugin releases it (pkg/staleclaims); zero: never.
+	StaleClaimGracePeriod time.Duration
+
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
 	// PrintSlices prints the ResourceSlices and exits without an API server.
@@ -149,6 +154,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ProbePeriod, "probe-period", liveness.DefaultPeriod, "How often the probe checks run: the DRA and registration sockets answer a call, NVML answers DeviceGetCount.")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", liveness.DefaultTimeout, "How long a probe check may take before it counts as failed (a hung NVML call); at most --probe-period.")
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
+	fs.DurationVar(&c.StaleClaimGracePeriod, "stale-claim-grace-period", 5*time.Minute, "How long a prepared claim whose ResourceClaim is gone, has another UID or is no longer allocated to this node stays prepared before the plugin releases it (the kubelet lost its record of the claim); well above the kubelet's own cleanup after a restart (about 80 s). 0 never releases (docs/operations.md).")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -215,6 +221,9 @@ func (c *Config) Validate() error {
 		if _, err := c.prober(nil); err != nil {
 			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
 		}
+	}
+	if c.StaleClaimGracePeriod < 0 {
+		return fmt.Errorf("--stale-claim-grace-period=%s: must not be negative (0 turns releasing stale claims off)", c.StaleClaimGracePeriod)
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)
