@@ -62,6 +62,10 @@ type Config struct {
 	MPSDaemonImage          string
 	MPSDaemonPriorityClass  string
 	MPSDaemonServiceAccount string
+	// MPSDaemonDisruptionBudget names the PodDisruptionBudget in
+	// PodNamespace that controls the daemon pods, so that kubectl drain
+	// takes them without --force and never evicts them (pkg/mpspod).
+	MPSDaemonDisruptionBudget string
 	// MPSShmSize is the size of the tmpfs each MPS device's daemon pod and
 	// clients share as /dev/shm, e.g. "1Gi"; empty or "0": none.
 	MPSShmSize   string
@@ -140,6 +144,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs, a whole number of mebibytes (e.g. 1Gi), that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")
 	fs.StringVar(&c.MPSDaemonPriorityClass, "mps-daemon-priority-class", "", "Priority class of MPS control daemon pods.")
 	fs.StringVar(&c.MPSDaemonServiceAccount, "mps-daemon-service-account", "", "Service account of MPS control daemon pods (they mount no token); empty: the namespace's default.")
+	fs.StringVar(&c.MPSDaemonDisruptionBudget, "mps-daemon-disruption-budget", "", "With --mps-daemon-image: PodDisruptionBudget in --pod-namespace that refuses every eviction of MPS control daemon pods, made their controller so that kubectl drain evicts their clients without --force while the plugin removes each daemon after its last client (docs/operations.md). Empty: daemon pods have no controller and drain needs --force.")
 	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
 	fs.StringVar(&c.IgnoredXIDs, "ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs), "XIDs that do not make a GPU unhealthy (application errors; see docs/health.md).")
