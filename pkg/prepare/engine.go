@@ -95,13 +95,13 @@ type Store interface {
 // parallel: the only node-wide lock guards the in-memory checkpoint and its
 // (short) save, never device work.
 type Engine struct {
-	opts Options
+	opts  Options
+	locks *keyedMutex
+	store Store
 	// claimLocks serialize the prepare, unprepare and stale release
 	// (ReleaseClaim) of one claim, by UID; a claim's lock is taken before
 	// its GPUs' locks.
 	claimLocks keyedmutex.Mutex
-	locks      *keyedMutex
-	store Store
 	// health reports device health to the kubelet; set once by SetHealth.
 	health Health
 
