@@ -94,15 +94,7 @@ func claimDeployment(t *testing.T, ctx context.Context, ns, name, template strin
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](1),
-					ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: &template}},
-					Containers: []corev1.Container{{
-						Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
-						Command:   []string{"sleep", "86400"},
-						Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
-					}},
-				},
+				Spec:       sleeperSpec(corev1.PodResourceClaim{Name: "dev", ResourceClaimTemplateName: &template}),
 			},
 		},
 	}

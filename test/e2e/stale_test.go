@@ -177,15 +177,7 @@ func claimNamePod(t *testing.T, ctx context.Context, ns, name, claim string) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimName: &claim}},
-			Containers: []corev1.Container{{
-				Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:   []string{"sleep", "86400"},
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
-			}},
-		},
+		Spec:       sleeperSpec(corev1.PodResourceClaim{Name: "dev", ResourceClaimName: &claim}),
 	}
 	if _, err := env.cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, name, err)
