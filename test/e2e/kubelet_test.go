@@ -88,14 +88,19 @@ func (k *kubelet) start(t *testing.T, ctx context.Context) {
 		t.Errorf("record the kubelet's PID for down.sh: %v", err)
 	}
 	t.Logf("kubelet started again (PID %d) after %s", cmd.Process.Pid, k.startedAt.Sub(k.stoppedAt).Round(time.Second))
+	// Up: it renewed its node Lease (every 10 s) and the node is Ready.
 	if err := poll(ctx, func(ctx context.Context) (bool, error) {
+		lease, err := env.cluster.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, env.node, metav1.GetOptions{})
+		if err != nil || lease.Spec.RenewTime == nil || !lease.Spec.RenewTime.After(k.startedAt) {
+			return false, nil
+		}
 		n, err := env.cluster.Client.CoreV1().Nodes().Get(ctx, env.node, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue && c.LastHeartbeatTime.After(k.startedAt), nil
+				return c.Status == corev1.ConditionTrue, nil
 			}
 		}
 		return false, nil
