@@ -24,10 +24,8 @@ func (r *Releaser) event(ctx context.Context, c *checkpoint.PreparedClaim, reaso
 	now := metav1.NewTime(r.opts.Clock.Now())
 	node := r.opts.NodeName
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", node, now.UnixNano()),
-			Namespace: metav1.NamespaceDefault,
-		},
+		// Several releases in one check must not collide on a name.
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: node + ".", Namespace: metav1.NamespaceDefault},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)},
 		Reason:         EventReason,
 		Message: fmt.Sprintf("Released ResourceClaim %s/%s (UID %s, %s) with devices %s: the kubelet never unprepared it",

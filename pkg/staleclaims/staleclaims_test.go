@@ -239,3 +239,30 @@ func released(t *testing.T, reg metrics.Gatherer) string {
 	}
 	return strings.Join(out, ",")
 }
+
+// TestCheckReleasesSeveral: claims stale together are released in one
+// check, each with its own event.
+func TestCheckReleasesSeveral(t *testing.T) {
+	ctx := t.Context()
+	a, b := prepared(), prepared()
+	b.UID, b.Name = "uid-2", "h"
+	e := &engine{claims: []checkpoint.PreparedClaim{a, b}}
+	client := apiserver.NodeClient(node)
+	clock := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
+	r, err := New(Options{Client: client, Engine: e, DriverName: driver, PoolName: node, NodeName: node, GracePeriod: grace, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Check(ctx)
+	clock.SetTime(clock.Now().Add(grace))
+	if n := r.Check(ctx); n != 2 || len(e.released) != 2 {
+		t.Fatalf("released %d (%v), want both", n, e.released)
+	}
+	events, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events.Items) != 2 {
+		t.Errorf("%d events for 2 releases", len(events.Items))
+	}
+}
