@@ -15,6 +15,9 @@ DEMO_CHART=deployments/helm/gpu-dra-driver
 # The plugin's --health-recovery-window in the demo and e2e: short, so the health part
 # sees a tainted GPU come back within a minute; long enough to look at the pod status and a refused claim first (the plugin's default is 10m).
 DEMO_HEALTH_RECOVERY_WINDOW=${DEMO_HEALTH_RECOVERY_WINDOW:-30s}
+# The plugin's --stale-claim-grace-period: short, so e2e TestStaleClaimsReleased sees a
+# claim the kubelet forgot released within a minute (the plugin's default is 5m).
+DEMO_STALE_CLAIM_GRACE_PERIOD=${DEMO_STALE_CLAIM_GRACE_PERIOD:-30s}
 # Seconds to wait for a cluster that someone else runs on this machine to go away
 # (only one can run); 0 fails at once.
 GDD_WAIT_FOR_CLUSTER=${GDD_WAIT_FOR_CLUSTER:-0}
@@ -81,6 +84,7 @@ demo_install() {
 	helm upgrade --install "$DEMO_RELEASE" "$DEMO_CHART" -n "$DEMO_NAMESPACE" --create-namespace \
 		--set simulate="$DEMO_SIMULATE" --set kubeletDir="$GDD_STATE_DIR/kubelet" \
 		--set kubeletPlugin.health.recoveryWindow="$DEMO_HEALTH_RECOVERY_WINDOW" \
+		--set kubeletPlugin.staleClaimGracePeriod="$DEMO_STALE_CLAIM_GRACE_PERIOD" \
 		--wait --timeout 3m "$@" >/dev/null
 	local _
 	for _ in $(seq 1 120); do

@@ -11,12 +11,18 @@ import (
 	"sync"
 )
 
-// Mutex hands out one mutex per key. The zero value is ready to use. The
-// mutexes are kept for the life of the Mutex: keys are the node's devices,
-// a small and bounded set.
+// Mutex hands out one mutex per key. The zero value is ready to use. A
+// key's mutex lives while someone holds or waits for it, so keys may come
+// from an unbounded set (claim UIDs) as well as from the node's devices.
 type Mutex struct {
 	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks map[string]*entry
+}
+
+// entry is a key's mutex and how many callers hold or wait for it.
+type entry struct {
+	sync.Mutex
+	refs int
 }
 
 // Lock takes the mutexes of all keys in sorted order, which rules out
@@ -26,29 +32,39 @@ func (k *Mutex) Lock(keys ...string) (unlock func()) {
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	held := make([]*sync.Mutex, 0, len(keys))
+	held := make([]*entry, 0, len(keys))
 	for _, key := range keys {
-		m := k.get(key)
-		m.Lock()
-		held = append(held, m)
+		e := k.acquire(key)
+		e.Lock()
+		held = append(held, e)
 	}
 	return func() {
 		for i := len(held) - 1; i >= 0; i-- {
 			held[i].Unlock()
+			k.release(keys[i], held[i])
 		}
 	}
 }
 
-func (k *Mutex) get(key string) *sync.Mutex {
+func (k *Mutex) acquire(key string) *entry {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.locks == nil {
-		k.locks = map[string]*sync.Mutex{}
+		k.locks = map[string]*entry{}
 	}
-	m, ok := k.locks[key]
+	e, ok := k.locks[key]
 	if !ok {
-		m = &sync.Mutex{}
-		k.locks[key] = m
+		e = &entry{}
+		k.locks[key] = e
 	}
-	return m
+	e.refs++
+	return e
+}
+
+func (k *Mutex) release(key string, e *entry) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e.refs--; e.refs == 0 {
+		delete(k.locks, key)
+	}
 }

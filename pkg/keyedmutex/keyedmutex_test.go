@@ -58,3 +58,18 @@ func TestLockSeveralKeysDoesNotDeadlock(t *testing.T) {
 		t.Fatal("deadlock between overlapping key sets")
 	}
 }
+
+// TestLockForgetsUnusedKeys: a key nobody holds or waits for takes no
+// memory, so keys may be claim UIDs, which never come back.
+func TestLockForgetsUnusedKeys(t *testing.T) {
+	var k Mutex
+	unlock := k.Lock("a", "b")
+	waiting := make(chan func())
+	go func() { waiting <- k.Lock("b", "c") }()
+	time.Sleep(50 * time.Millisecond) // let it wait for b
+	unlock()
+	(<-waiting)()
+	if n := len(k.locks); n != 0 {
+		t.Errorf("%d locks kept after every key was unlocked: %v", n, k.locks)
+	}
+}

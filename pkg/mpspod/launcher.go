@@ -51,6 +51,13 @@ type Options struct {
 	// collected with it (the plugin's DaemonSet: uninstalling the driver
 	// removes its daemons, restarting the plugin does not).
 	Owner *metav1.OwnerReference
+	// Budget, when set, is the pods' controller: the PodDisruptionBudget
+	// that refuses every eviction of a daemon (BudgetOf), so that `kubectl
+	// drain` evicts the daemons' clients, not the daemons, without --force
+	// (drain refuses pods without a controller). The plugin deletes a
+	// daemon's pod itself once its last client's claim is unprepared, so
+	// the daemon goes after its clients (docs/operations.md, "Drain").
+	Budget *metav1.OwnerReference
 	// PriorityClassName of the pods, e.g. system-node-critical.
 	PriorityClassName string
 	// ServiceAccountName of the pods: one without permissions (no token
@@ -268,10 +275,29 @@ func (l *Launcher) pod(d sharing.Daemon) *corev1.Pod {
 			Volumes: volumes,
 		},
 	}
-	if l.opts.Owner != nil {
-		pod.OwnerReferences = []metav1.OwnerReference{*l.opts.Owner}
+	for _, ref := range []*metav1.OwnerReference{l.opts.Owner, l.opts.Budget} {
+		if ref != nil {
+			pod.OwnerReferences = append(pod.OwnerReferences, *ref)
+		}
 	}
 	return pod
+}
+
+// BudgetOf returns the PodDisruptionBudget that guards daemon pods as
+// their controller reference (Options.Budget). Not a DaemonSet: the
+// DaemonSet controller deletes pods it controls beyond one per node and
+// releases those its selector does not match. The garbage collector
+// removes a pod when all its owners are gone, so daemons still go with the
+// plugin's DaemonSet when the budget goes with the release.
+func BudgetOf(ctx context.Context, client kubernetes.Interface, namespace, name string) (*metav1.OwnerReference, error) {
+	pdb, err := client.PolicyV1().PodDisruptionBudgets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get the MPS daemons' PodDisruptionBudget %s/%s: %w", namespace, name, err)
+	}
+	return &metav1.OwnerReference{
+		APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Name: pdb.Name, UID: pdb.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),
+	}, nil
 }
 
 // OwnerOf returns the controller of the plugin's own pod (its DaemonSet) as

@@ -63,6 +63,10 @@ type Config struct {
 	MPSDaemonImage          string
 	MPSDaemonPriorityClass  string
 	MPSDaemonServiceAccount string
+	// MPSDaemonDisruptionBudget names the PodDisruptionBudget in
+	// PodNamespace that controls the daemon pods, so that kubectl drain
+	// takes them without --force and never evicts them (pkg/mpspod).
+	MPSDaemonDisruptionBudget string
 	// MPSShmSize is the size of the tmpfs each MPS device's daemon pod and
 	// clients share as /dev/shm, e.g. "1Gi"; empty or "0": none.
 	MPSShmSize   string
@@ -105,6 +109,10 @@ type Config struct {
 	// of NVIDIA's device plugin, while which nothing is published
 	// (pkg/coexistence); 0: never (the flag's default is 10s).
 	DevicePluginCheckPeriod time.Duration
+	// StaleClaimGracePeriod is how long a prepared claim whose
+	// ResourceClaim is gone (or no longer allocated here) is kept before
+	// the plugin releases it (pkg/staleclaims); zero: never.
+	StaleClaimGracePeriod time.Duration
 
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
@@ -150,6 +158,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSShmSize, "mps-shm-size", "", "With --mps-daemon-image: size of the tmpfs, a whole number of mebibytes (e.g. 1Gi), that each MPS device's daemon and clients share as /dev/shm, where CUDA keeps the MPS server's shared memory; the plugin mounts it below --mps-dir, whose host mount needs Bidirectional propagation. Empty: none.")
 	fs.StringVar(&c.MPSDaemonPriorityClass, "mps-daemon-priority-class", "", "Priority class of MPS control daemon pods.")
 	fs.StringVar(&c.MPSDaemonServiceAccount, "mps-daemon-service-account", "", "Service account of MPS control daemon pods (they mount no token); empty: the namespace's default.")
+	fs.StringVar(&c.MPSDaemonDisruptionBudget, "mps-daemon-disruption-budget", "", "With --mps-daemon-image: PodDisruptionBudget in --pod-namespace that refuses every eviction of MPS control daemon pods, made their controller so that kubectl drain evicts their clients without --force while the plugin removes each daemon after its last client (docs/operations.md). Empty: daemon pods have no controller and drain needs --force.")
 	fs.StringVar(&c.PodName, "pod-name", "", "Name of the plugin's own pod (downward API), for the owner of MPS control daemon pods.")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "Namespace of the plugin's own pod (downward API); MPS control daemon pods are created there.")
 	fs.StringVar(&c.PodUID, "pod-uid", "", "UID of the plugin's own pod (downward API). Set, a new plugin pod serves beside the old one during a rolling upgrade (kubelet 1.33 or newer): socket names carry the UID, and the node's state is handed over under a lock in --plugin-data-dir (docs/operations.md, Upgrade).")
@@ -167,6 +176,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", liveness.DefaultTimeout, "How long a probe check may take before it counts as failed (a hung NVML call); at most --probe-period.")
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
 	fs.DurationVar(&c.DevicePluginCheckPeriod, "device-plugin-check-period", 10*time.Second, "How often to read this node's Node for resources that NVIDIA's device plugin advertises (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*); while the node's allocatable has one, no devices are published, so two drivers never hand out the same GPUs (docs/migration.md). 0 disables the check.")
+	fs.DurationVar(&c.StaleClaimGracePeriod, "stale-claim-grace-period", 5*time.Minute, "How long a prepared claim whose ResourceClaim is gone, has another UID or is no longer allocated to this node stays prepared before the plugin releases it (the kubelet lost its record of the claim); well above the kubelet's own cleanup after a restart (about 80 s). 0 never releases (docs/operations.md).")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -250,6 +260,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DevicePluginCheckPeriod < 0 {
 		return fmt.Errorf("--device-plugin-check-period=%s: must not be negative (0 disables the check)", c.DevicePluginCheckPeriod)
+	}
+	if c.StaleClaimGracePeriod < 0 {
+		return fmt.Errorf("--stale-claim-grace-period=%s: must not be negative (0 turns releasing stale claims off)", c.StaleClaimGracePeriod)
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)

@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/staleclaims"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 )
 
@@ -128,6 +129,10 @@ func Run(ctx context.Context, cfg *Config) error {
 		go gate.Run(ctx)
 		target = gate
 	}
+	stale, err := staleReleaser(cfg, client, drv)
+	if err != nil {
+		return err
+	}
 	go publisher.Run(ctx, publisher.Options{
 		Target: target, Health: monitor, Resources: node.resources, Devices: drv.HealthDevices,
 		Policy: taintPolicy(ctx, cfg),
@@ -144,7 +149,14 @@ func Run(ctx context.Context, cfg *Config) error {
 			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor, Processes: drv.ProcessOwners(),
 			MIGDeviceName: devicemodel.StaticMIGDeviceName,
 		})
-		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
+		reg := telemetry.NewRegistry(metrics, collector)
+		if stale != nil {
+			stale.Metrics().MustRegister(reg)
+		}
+		go serveMetrics(ctx, cfg, hw, reg, sec)
+	}
+	if stale != nil {
+		go stale.Run(ctx)
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(node.gpus))
 
@@ -230,4 +242,16 @@ func kubeClient(cfg *Config) (kubernetes.Interface, error) {
 		return cfg.KubeClient, nil
 	}
 	return cfg.Options.New(nil, "dra-kubelet-plugin/"+cfg.DriverName)
+}
+
+// staleReleaser releases the claims the kubelet will never unprepare; nil
+// when --stale-claim-grace-period is 0.
+func staleReleaser(cfg *Config, client kubernetes.Interface, drv *prepare.Engine) (*staleclaims.Releaser, error) {
+	if cfg.StaleClaimGracePeriod == 0 {
+		return nil, nil
+	}
+	return staleclaims.New(staleclaims.Options{
+		Client: client, Engine: drv, DriverName: cfg.DriverName, PoolName: cfg.NodeName, NodeName: cfg.NodeName,
+		GracePeriod: cfg.StaleClaimGracePeriod,
+	})
 }

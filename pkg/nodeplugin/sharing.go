@@ -75,6 +75,12 @@ func mpsPodLauncher(ctx context.Context, cfg *Config, hw *hardware, client kuber
 		Image: cfg.MPSDaemonImage, Owner: owner, PriorityClassName: cfg.MPSDaemonPriorityClass,
 		ServiceAccountName: cfg.MPSDaemonServiceAccount,
 	}
+	if cfg.MPSDaemonDisruptionBudget != "" {
+		// Without it only drain is affected: not worth failing the node's GPUs.
+		if opts.Budget, err = mpspod.BudgetOf(ctx, client, cfg.PodNamespace, cfg.MPSDaemonDisruptionBudget); err != nil {
+			klog.FromContext(ctx).Error(err, "MPS control daemon pods get no controller; kubectl drain of this node needs --force and may stop daemons before their clients")
+		}
+	}
 	if hw.driverRoot != "/" {
 		// The control program and its libraries, where the plugin sees them.
 		opts.Mounts = append(opts.Mounts, cdi.Mount{HostPath: hw.hostDriverRoot, ContainerPath: hw.driverRoot, ReadOnly: true})

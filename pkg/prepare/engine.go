@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/keyedmutex"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/podattribution"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
@@ -100,6 +101,10 @@ type Engine struct {
 	opts  Options
 	locks *keyedMutex
 	store Store
+	// claimLocks serialize the prepare, unprepare and stale release
+	// (ReleaseClaim) of one claim, by UID; a claim's lock is taken before
+	// its GPUs' locks.
+	claimLocks keyedmutex.Mutex
 	// health reports device health to the kubelet; set once by SetHealth.
 	health Health
 

@@ -24,6 +24,7 @@ func lockKey(p *devicemodel.Published) string { return p.GPU.UUID }
 func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
 	ctx = klog.NewContext(ctx, logger)
+	defer d.claimLocks.Lock(string(claim.UID))()
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim is not allocated")
 	}
@@ -247,6 +248,12 @@ func (d *Engine) writeCDI(ctx context.Context, entry *checkpoint.PreparedClaim) 
 }
 
 func (d *Engine) unprepareClaim(ctx context.Context, obj kubeletplugin.NamespacedObject) error {
+	defer d.claimLocks.Lock(string(obj.UID))()
+	return d.unprepareLocked(ctx, obj)
+}
+
+// unprepareLocked unprepares the claim; the caller holds its claim lock.
+func (d *Engine) unprepareLocked(ctx context.Context, obj kubeletplugin.NamespacedObject) error {
 	logger := klog.FromContext(ctx).WithValues("claim", obj.NamespacedName, "claimUID", obj.UID)
 	ctx = klog.NewContext(ctx, logger)
 

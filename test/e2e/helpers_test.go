@@ -73,15 +73,7 @@ func celSelector(expr string) []resourceapi.DeviceSelector {
 func newClaimPod(ns, name, template string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: &template}},
-			Containers: []corev1.Container{{
-				Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:   []string{"sleep", "86400"},
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
-			}},
-		},
+		Spec:       sleeperSpec(corev1.PodResourceClaim{Name: "dev", ResourceClaimTemplateName: &template}),
 	}
 }
 
@@ -101,6 +93,20 @@ func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *cor
 		t.Fatal(err)
 	}
 	return got
+}
+
+// sleeperSpec is a pod that sleeps in one container, which uses the claim
+// (named "dev").
+func sleeperSpec(claim corev1.PodResourceClaim) corev1.PodSpec {
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
+		ResourceClaims:                []corev1.PodResourceClaim{claim},
+		Containers: []corev1.Container{{
+			Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:   []string{"sleep", "86400"},
+			Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: claim.Name}}},
+		}},
+	}
 }
 
 // podClaim returns the pod's (single) allocated claim.
