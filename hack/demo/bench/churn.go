@@ -172,6 +172,9 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 	}
 	filled := sched.sample(ctx, followers)
 	fill := filled.since(start, target)
+	stored, byHeld := followers.Stored()
+	fmt.Printf("  round %d %-9s filled: %d devices published on %d nodes; nodes by devices allocated on them: %v\n",
+		round+1, m.name, stored, len(names), byHeld)
 
 	var profiled <-chan error
 	if profile != "" {

@@ -133,6 +133,19 @@ func (f *Followers) Published() bool {
 	return true
 }
 
+// Stored counts the devices stored in the nodes' slices now, and the
+// nodes by how many devices the claims allocated on them hold.
+func (f *Followers) Stored() (devices int, nodesByHeld map[int]int) {
+	nodesByHeld = map[int]int{}
+	for _, n := range f.nodes {
+		for _, s := range n.stored.Slices(n.node) {
+			devices += len(s.Spec.Devices)
+		}
+		nodesByHeld[len(n.PreparedDevices())]++
+	}
+	return devices, nodesByHeld
+}
+
 // claimChanged records what a claim holds on which node (nothing once it
 // is deleted or being deleted: its pod is gone, so the kubelet unprepares
 // it) and signals the nodes whose prepared devices changed.
