@@ -40,6 +40,7 @@ type phase struct {
 	schedCPU      time.Duration
 	benchCPU      time.Duration
 	unschedulable float64
+	attempts      float64 // negative: the metrics were not read
 	publications  int64
 	load          string
 }
@@ -50,15 +51,19 @@ func (p phase) cpuPerPod() time.Duration {
 }
 
 func (p phase) String() string {
-	return fmt.Sprintf("%4d pods in %6s = %5.1f pods/s, scheduler CPU %5.1f ms/pod (bench %4.1f ms/pod), %3.0f unschedulable attempts, %4d slice updates, load %s",
+	attempts := "scheduler metrics not read"
+	if p.attempts > 0 {
+		attempts = fmt.Sprintf("%.0f of %.0f attempts unschedulable", p.unschedulable, p.attempts)
+	}
+	return fmt.Sprintf("%4d pods in %6s = %5.1f pods/s, scheduler CPU %5.1f ms/pod (bench %4.1f ms/pod), %s, %4d slice updates, load %s",
 		p.pods, p.took.Round(100*time.Millisecond), p.podsPerSecond(), float64(p.cpuPerPod().Microseconds())/1000,
-		float64((p.benchCPU/time.Duration(max(1, p.pods))).Microseconds())/1000, p.unschedulable, p.publications, p.load)
+		float64((p.benchCPU/time.Duration(max(1, p.pods))).Microseconds())/1000, attempts, p.publications, p.load)
 }
 
 // add sums phases, for the figures over all rounds.
 func (p phase) add(q phase) phase {
 	return phase{pods: p.pods + q.pods, took: p.took + q.took, schedCPU: p.schedCPU + q.schedCPU, benchCPU: p.benchCPU + q.benchCPU,
-		unschedulable: p.unschedulable + q.unschedulable, publications: p.publications + q.publications}
+		unschedulable: p.unschedulable + q.unschedulable, attempts: p.attempts + q.attempts, publications: p.publications + q.publications}
 }
 
 // churn compares the models on the real scheduler the way a busy cluster

@@ -53,6 +53,7 @@ type sample struct {
 	at                 time.Time
 	schedCPU, benchCPU time.Duration
 	unschedulable      float64
+	attempts           float64
 	publications       int64
 	load               string
 }
@@ -64,7 +65,7 @@ func (s *scheduler) sample(ctx context.Context, f *clusternodes.Followers) sampl
 	}
 	return sample{
 		at: time.Now(), schedCPU: cpuTime(s.pid), benchCPU: cpuTime(os.Getpid()),
-		unschedulable: s.attempts(ctx, "unschedulable"), publications: f.Publications(),
+		unschedulable: s.attempts(ctx, "unschedulable"), attempts: s.attempts(ctx, ""), publications: f.Publications(),
 		load: load,
 	}
 }
@@ -73,8 +74,9 @@ func (s *scheduler) sample(ctx context.Context, f *clusternodes.Followers) sampl
 func (s sample) since(before sample, pods int) phase {
 	return phase{
 		pods: pods, took: s.at.Sub(before.at), schedCPU: s.schedCPU - before.schedCPU, benchCPU: s.benchCPU - before.benchCPU,
-		unschedulable: s.unschedulable - before.unschedulable, publications: s.publications - before.publications,
-		load: before.load + " → " + s.load,
+		unschedulable: s.unschedulable - before.unschedulable, attempts: s.attempts - before.attempts,
+		publications: s.publications - before.publications,
+		load:         before.load + " → " + s.load,
 	}
 }
 
@@ -98,8 +100,8 @@ func cpuTime(pid int) time.Duration {
 	return time.Duration(utime+stime) * clockTick
 }
 
-// attempts sums scheduler_schedule_attempts_total with result, -1 when
-// the metrics cannot be read.
+// attempts sums scheduler_schedule_attempts_total with result (any result
+// when empty), -1 when the metrics cannot be read.
 func (s *scheduler) attempts(ctx context.Context, result string) float64 {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
 	if err != nil {
@@ -118,7 +120,7 @@ func (s *scheduler) attempts(ctx context.Context, result string) float64 {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "scheduler_schedule_attempts_total{") && strings.Contains(line, `result="`+result+`"`) {
+		if strings.HasPrefix(line, "scheduler_schedule_attempts_total{") && strings.Contains(line, `result="`+result) {
 			if f := strings.Fields(line); len(f) == 2 {
 				v, _ := strconv.ParseFloat(f[1], 64)
 				sum += v
