@@ -6,6 +6,9 @@
 # The Go benchmarks that need no cluster (make bench) are hack/bench-go.sh's.
 #
 # Usage: hack/demo/bench-cluster.sh [bench flags: -latency-pods 50 -throughput-pods 200 -nodes 25]
+# The scheduler under churn (issue #14; simulated nodes whose slices follow what is allocated
+# on them, pods/s and kube-scheduler CPU per pod, full model ÷ whole GPUs only):
+#   hack/demo/bench-cluster.sh -skip-latency -skip-throughput -churn-nodes 100 [-profile /tmp/sched.pprof]
 # Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -17,4 +20,4 @@ go build -o bin/bench ./hack/demo/bench
 # shellcheck disable=SC2119 # no extra helm arguments
 demo_up
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg), Kubernetes $(kubectl version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
-./bin/bench -plugin bin/dra-kubelet-plugin "$@"
+./bin/bench -plugin bin/dra-kubelet-plugin -scheduler-pid "$(cat "$GDD_STATE_DIR/pids/kube-scheduler.pid")" "$@"

@@ -8,7 +8,12 @@
 //     extra simulated nodes (internal/standin/clusternodes: Node objects, their Leases renewed, and
 //     the slices that `dra-kubelet-plugin --simulate --print-slices` prints), once for nodes publishing
 //     the full device model (whole GPUs, MIG placements, shares, counters) and once for
-//     nodes publishing whole GPUs only; time from the first create to the last bind.
+//     nodes publishing whole GPUs only; time from the first create to the last bind;
+//   - scheduler under churn (-churn-nodes): per model, simulated nodes whose slices follow
+//     what is allocated on them (clusternodes.Follow: the plugin's publication path, with
+//     withdrawal), one-GPU pods until the GPUs are -fill taken, then pods deleted and
+//     replaced; pods/s and kube-scheduler CPU per pod (/proc/<pid>/stat), full model ÷
+//     whole-GPU-only model (churn.go).
 //
 // Nodes without a kubelet never run the pods: throughput measures scheduling
 // (allocation and binding) only.
@@ -52,6 +57,12 @@ type config struct {
 	skipLatency     bool
 	skipThroughput  bool
 	rounds          int
+
+	churnNodes, churnPods, churnRounds, backlog int
+	fill                                        float64
+	schedulerPID                                int
+	schedulerURL, profile                       string
+	profileSeconds                              int
 }
 
 func main() {
@@ -65,6 +76,15 @@ func main() {
 	flag.BoolVar(&cfg.skipLatency, "skip-latency", false, "Skip the start latency.")
 	flag.BoolVar(&cfg.skipThroughput, "skip-throughput", false, "Skip the scheduler throughput.")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "Throughput rounds; each runs both models, alternating which goes first.")
+	flag.IntVar(&cfg.churnNodes, "churn-nodes", 0, "Simulated nodes per model for the scheduler under churn; 0 skips it.")
+	flag.Float64Var(&cfg.fill, "fill", 0.75, "Share of the churn nodes' GPUs that pods take before the churn.")
+	flag.IntVar(&cfg.churnPods, "churn-pods", 400, "Pods deleted and replaced per model and round once filled.")
+	flag.IntVar(&cfg.churnRounds, "churn-rounds", 2, "Churn rounds; each runs both models, alternating which goes first.")
+	flag.IntVar(&cfg.backlog, "backlog", 50, "Most pods waiting to be bound during the churn.")
+	flag.IntVar(&cfg.schedulerPID, "scheduler-pid", 0, "PID of kube-scheduler, whose CPU the churn measures.")
+	flag.StringVar(&cfg.schedulerURL, "scheduler-url", "https://127.0.0.1:10259", "kube-scheduler's secure port, for its metrics and CPU profile.")
+	flag.StringVar(&cfg.profile, "profile", "", "Write a kube-scheduler CPU profile of the full model's last churn here.")
+	flag.IntVar(&cfg.profileSeconds, "profile-seconds", 10, "Length of that profile.")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -84,7 +104,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{client: client, runner: scenarios.NewRunner(cluster)}
+	b := &bench{client: client, cluster: cluster, runner: scenarios.NewRunner(cluster)}
 	if !cfg.skipLatency {
 		if err := b.latency(ctx, cfg.latencyPods); err != nil {
 			return fmt.Errorf("start latency: %w", err)
@@ -95,12 +115,18 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("scheduler throughput: %w", err)
 		}
 	}
+	if cfg.churnNodes > 0 {
+		if err := b.churn(ctx, cfg); err != nil {
+			return fmt.Errorf("scheduler under churn: %w", err)
+		}
+	}
 	return nil
 }
 
 type bench struct {
-	client kubernetes.Interface
-	runner *scenarios.Runner
+	client  kubernetes.Interface
+	cluster *scenarios.Cluster
+	runner  *scenarios.Runner
 }
 
 // namespace creates a namespace with a one-GPU claim template.

@@ -4,6 +4,8 @@
 // `dra-kubelet-plugin --simulate <machine> --print-slices` prints. The
 // scheduler allocates claims on them and binds pods to them (which never
 // run); the controller labels them and makes classes for their models.
+// Follow makes their slices follow the claims allocated on them, through
+// the plugin's own publication path.
 package clusternodes
 
 import (
@@ -25,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -174,7 +177,8 @@ func RenewLeases(ctx context.Context, client kubernetes.Interface, nodes []strin
 }
 
 // Remove deletes the ResourceSlices that sliceSelector (a label selector)
-// selects, then the nodes and their Leases. What is already gone is no error.
+// selects, then the nodes, their own slices (those Follow publishes carry
+// no labels) and their Leases. What is already gone is no error.
 func Remove(ctx context.Context, client kubernetes.Interface, sliceSelector string, nodes []string) error {
 	var errs []error
 	notFound := func(err error) error {
@@ -189,6 +193,10 @@ func Remove(ctx context.Context, client kubernetes.Interface, sliceSelector stri
 	for _, n := range nodes {
 		if err := notFound(client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})); err != nil {
 			errs = append(errs, fmt.Errorf("delete node %s: %w", n, err))
+		}
+		onNode := fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, n).String()
+		if err := client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: onNode}); err != nil {
+			errs = append(errs, fmt.Errorf("delete ResourceSlices of node %s: %w", n, err))
 		}
 		if err := notFound(client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, n, metav1.DeleteOptions{})); err != nil {
 			errs = append(errs, fmt.Errorf("delete lease of node %s: %w", n, err))

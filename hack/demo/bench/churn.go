@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/clusternodes"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+)
+
+// model is a device policy the simulated nodes publish ("" is the default:
+// the full model).
+type model struct{ name, policy string }
+
+var models = []model{
+	{"full", ""},
+	{"whole-gpu", "default: {mig: \"off\", timeSlicing: {enabled: false}, mps: {enabled: false}}\n"},
+}
+
+// phase is what one stretch of scheduling cost: pods bound, wall time,
+// kube-scheduler CPU, and the scheduler's own count of attempts that
+// found no node.
+type phase struct {
+	pods          int
+	took          time.Duration
+	schedCPU      time.Duration
+	benchCPU      time.Duration
+	unschedulable float64
+	attempts      float64 // negative: the metrics were not read
+	publications  int64
+	load          string
+}
+
+func (p phase) podsPerSecond() float64 { return float64(p.pods) / p.took.Seconds() }
+func (p phase) cpuPerPod() time.Duration {
+	return p.schedCPU / time.Duration(max(1, p.pods))
+}
+
+func (p phase) String() string {
+	attempts := "scheduler metrics not read"
+	if p.attempts > 0 {
+		attempts = fmt.Sprintf("%.0f of %.0f attempts unschedulable", p.unschedulable, p.attempts)
+	}
+	return fmt.Sprintf("%4d pods in %6s = %5.1f pods/s, scheduler CPU %5.1f ms/pod (bench %4.1f ms/pod), %s, %4d slice updates, load %s",
+		p.pods, p.took.Round(100*time.Millisecond), p.podsPerSecond(), float64(p.cpuPerPod().Microseconds())/1000,
+		float64((p.benchCPU/time.Duration(max(1, p.pods))).Microseconds())/1000, attempts, p.publications, p.load)
+}
+
+// add sums phases, for the figures over all rounds.
+func (p phase) add(q phase) phase {
+	return phase{pods: p.pods + q.pods, took: p.took + q.took, schedCPU: p.schedCPU + q.schedCPU, benchCPU: p.benchCPU + q.benchCPU,
+		unschedulable: p.unschedulable + q.unschedulable, attempts: p.attempts + q.attempts, publications: p.publications + q.publications}
+}
+
+// churn compares the models on the real scheduler the way a busy cluster
+// uses it: per model, cfg.churnNodes simulated nodes whose slices follow
+// what is allocated on them (clusternodes.Follow), one-GPU pods arriving
+// until cfg.fill of the GPUs are taken, then cfg.churnPods pods deleted and
+// replaced with at most cfg.backlog pods waiting. The models take turns,
+// each with nodes of its own; the ratios are of the same run.
+func (b *bench) churn(ctx context.Context, cfg config) error {
+	sched, err := newScheduler(b.cluster.Config, cfg.schedulerPID, cfg.schedulerURL)
+	if err != nil {
+		return err
+	}
+	printed := map[string]func(string) []*resourceapi.ResourceSlice{}
+	devices := map[string]int{}
+	for _, m := range models {
+		slices, err := clusternodes.PrintSlices(ctx, cfg.plugin, cfg.machine, m.policy)
+		if err != nil {
+			return err
+		}
+		printed[m.name] = slices
+		for _, s := range slices("x") {
+			devices[m.name] += len(s.Spec.Devices)
+		}
+	}
+	gpus := devices["whole-gpu"] // one device per GPU
+	target := int(cfg.fill * float64(gpus*cfg.churnNodes))
+	fmt.Printf("\nscheduler under churn: %d simulated %s nodes per model (slices follow what is allocated on them), one-GPU pods until %d of %d GPUs are taken, then %d deleted and replaced (at most %d waiting)\n",
+		cfg.churnNodes, cfg.machine, target, gpus*cfg.churnNodes, cfg.churnPods, cfg.backlog)
+	fmt.Printf("  devices per node: full %d, whole-gpu %d; kube-scheduler pid %d\n", devices["full"], devices["whole-gpu"], cfg.schedulerPID)
+	totals := map[string][2]phase{}
+	for round := range cfg.churnRounds {
+		order := []model{models[1], models[0]}
+		if round%2 == 1 {
+			order = []model{models[0], models[1]}
+		}
+		for _, m := range order {
+			profile := ""
+			if m.name == "full" && round == cfg.churnRounds-1 {
+				profile = cfg.profile
+			}
+			fill, churn, err := b.churnModel(ctx, cfg, sched, m, round, printed[m.name], target, profile)
+			if err != nil {
+				return fmt.Errorf("model %s: %w", m.name, err)
+			}
+			fmt.Printf("  round %d %-9s fill : %s\n", round+1, m.name, fill)
+			fmt.Printf("  round %d %-9s churn: %s\n", round+1, m.name, churn)
+			t := totals[m.name]
+			totals[m.name] = [2]phase{t[0].add(fill), t[1].add(churn)}
+		}
+	}
+	full, whole := totals["full"], totals["whole-gpu"]
+	for i, what := range []string{"fill", "churn"} {
+		fmt.Printf("  all rounds, %-5s: full ÷ whole-gpu: pods/s %.2f× (goal ≥ 0.8×), scheduler CPU per pod %.2f× (goal ≤ 1.5×); full %.1f pods/s %.1f ms/pod, whole-gpu %.1f pods/s %.1f ms/pod\n",
+			what, full[i].podsPerSecond()/whole[i].podsPerSecond(), float64(full[i].cpuPerPod())/float64(whole[i].cpuPerPod()),
+			full[i].podsPerSecond(), float64(full[i].cpuPerPod().Microseconds())/1000,
+			whole[i].podsPerSecond(), float64(whole[i].cpuPerPod().Microseconds())/1000)
+	}
+	return nil
+}
+
+// churnModel runs one model's fill and churn on nodes of its own and
+// removes them after.
+func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m model, round int,
+	slices func(string) []*resourceapi.ResourceSlice, target int, profile string) (phase, phase, error) {
+	ctx, cancel := context.WithCancel(ctx) // the pod watch, leases and publishers of this model
+	defer cancel()
+	label := map[string]string{benchLabel: "churn-" + m.name}
+	resources := map[string]resourceslice.DriverResources{}
+	var names []string
+	defer func() { _ = clusternodes.Remove(context.Background(), b.client, benchLabel+"=churn-"+m.name, names) }()
+	for i := range cfg.churnNodes {
+		name := fmt.Sprintf("churn-%s-%02d", m.name, i)
+		if err := clusternodes.Add(ctx, b.client, name, label, nil); err != nil {
+			return phase{}, phase{}, err
+		}
+		names = append(names, name)
+		res, err := clusternodes.Resources(slices(name))
+		if err != nil {
+			return phase{}, phase{}, err
+		}
+		resources[name] = res
+	}
+	stopLeases := clusternodes.RenewLeases(ctx, b.client, names)
+	defer stopLeases()
+	followers, err := clusternodes.Follow(ctx, b.client, vocabulary.DriverName, resources)
+	if err != nil {
+		return phase{}, phase{}, err
+	}
+	defer followers.Stop()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		return followers.Published(), nil
+	}); err != nil {
+		return phase{}, phase{}, fmt.Errorf("slices of %d nodes not all published after 3m: %w", len(names), err)
+	}
+
+	ns := fmt.Sprintf("bench-churn-%s-%d", m.name, round)
+	if err := b.namespace(ctx, ns); err != nil {
+		return phase{}, phase{}, err
+	}
+	defer func() { _ = b.deleteNamespace(context.Background(), ns) }()
+	pods := watchPods(ctx, b, ns)
+	c := &churner{b: b, ns: ns, selector: label, pods: pods}
+
+	start := sched.sample(ctx, followers)
+	if err := c.create(ctx, target); err != nil {
+		return phase{}, phase{}, err
+	}
+	if err := pods.waitBound(ctx, target, 5*time.Minute); err != nil {
+		return phase{}, phase{}, fmt.Errorf("fill: %w", err)
+	}
+	filled := sched.sample(ctx, followers)
+	fill := filled.since(start, target)
+	stored, byHeld := followers.Stored()
+	fmt.Printf("  round %d %-9s filled: %d devices published on %d nodes; nodes by devices allocated on them: %v\n",
+		round+1, m.name, stored, len(names), byHeld)
+
+	var profiled <-chan error
+	if profile != "" {
+		profiled = sched.profile(ctx, profile, cfg.profileSeconds)
+	}
+	if err := c.replace(ctx, cfg.churnPods, cfg.backlog); err != nil {
+		return phase{}, phase{}, fmt.Errorf("churn: %w", err)
+	}
+	if err := pods.waitBound(ctx, target+cfg.churnPods, 5*time.Minute); err != nil {
+		return phase{}, phase{}, fmt.Errorf("churn: %w", err)
+	}
+	churn := sched.sample(ctx, followers).since(filled, cfg.churnPods)
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: scheduler CPU profile: %v\n", err)
+		} else {
+			fmt.Printf("  scheduler CPU profile of the full model's churn (first %ds): %s\n", cfg.profileSeconds, profile)
+		}
+	}
+	return fill, churn, nil
+}
+
+// churner creates and deletes the pods of one namespace.
+type churner struct {
+	b        *bench
+	ns       string
+	selector map[string]string
+	pods     *podWatch
+	next     int
+}
+
+// create creates n pods, 50 at a time.
+func (c *churner) create(ctx context.Context, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 50)
+	for range n {
+		name := fmt.Sprintf("p%05d", c.next)
+		c.next++
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := c.b.client.CoreV1().Pods(c.ns).Create(ctx, gpuPod(c.ns, name, c.selector), metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(<-errs)
+}
+
+// replace deletes n bound pods, at random, and creates one pod for each,
+// keeping at most backlog pods waiting to be bound (20 replacements in
+// flight, so the API round trips do not pace the scheduler). A pod is
+// deleted at once (grace 0): no kubelet would confirm its end.
+func (c *churner) replace(ctx context.Context, n, backlog int) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	sem := make(chan struct{}, 20)
+	for done := 0; done < n; {
+		mu.Lock()
+		failed := errors.Join(errs...)
+		mu.Unlock()
+		if failed != nil {
+			wg.Wait()
+			return failed
+		}
+		if c.next-c.pods.boundCount() >= backlog {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		victim := c.pods.takeBound()
+		if victim == "" {
+			return errors.New("no bound pod to delete")
+		}
+		name := fmt.Sprintf("p%05d", c.next)
+		c.next++
+		done++
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			pods := c.b.client.CoreV1().Pods(c.ns)
+			err := pods.Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if err == nil {
+				_, err = pods.Create(ctx, gpuPod(c.ns, name, c.selector), metav1.CreateOptions{})
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("replace pod %s with %s: %w", victim, name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// podWatch follows the pods of a namespace: which are bound, and how many
+// were ever bound.
+type podWatch struct {
+	mu     sync.Mutex
+	bound  map[string]bool // bound and not taken for deletion
+	binds  int
+	seen   map[string]bool
+	random *rand.Rand
+}
+
+func watchPods(ctx context.Context, b *bench, ns string) *podWatch {
+	w := &podWatch{bound: map[string]bool{}, seen: map[string]bool{}, random: rand.New(rand.NewPCG(1, 2))}
+	factory := informers.NewSharedInformerFactoryWithOptions(b.client, 0, informers.WithNamespace(ns))
+	informer := factory.Core().V1().Pods().Informer()
+	observe := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.NodeName == "" {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.seen[pod.Name] {
+			w.seen[pod.Name] = true
+			w.bound[pod.Name] = true
+			w.binds++
+		}
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, obj any) { observe(obj) }})
+	factory.Start(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
+	return w
+}
+
+func (w *podWatch) boundCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.binds
+}
+
+// takeBound picks a bound pod at random and forgets it.
+func (w *podWatch) takeBound() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.bound) == 0 {
+		return ""
+	}
+	i := w.random.IntN(len(w.bound))
+	for name := range w.bound {
+		if i == 0 {
+			delete(w.bound, name)
+			return name
+		}
+		i--
+	}
+	return ""
+}
+
+// waitBound waits until n pods were bound in all.
+func (w *podWatch) waitBound(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := time.Now()
+	for w.boundCount() < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d pods bound after %s", w.boundCount(), n, timeout)
+		}
+		if time.Since(last) > 15*time.Second {
+			fmt.Printf("    ... %d of %d bound\n", w.boundCount(), n)
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
