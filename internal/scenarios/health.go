@@ -109,14 +109,16 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 		{Key: HealthTaintKey, Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoExecute},
 		{Key: HealthTaintKey, Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule},
 	}
+	// Read before the victim's share is prepared: a prepared share withdraws
+	// its GPU's whole-GPU device, which holds the NVML index.
+	index, err := r.deviceIndex(ctx)
+	if err != nil {
+		return res, err
+	}
 	if err := r.healthPod(ctx, "victim", "", tolerate); err != nil {
 		return res, err
 	}
 	if err := r.WaitPodRunning(ctx, HealthNamespace, "victim"); err != nil {
-		return res, err
-	}
-	index, err := r.deviceIndex(ctx)
-	if err != nil {
 		return res, err
 	}
 	claim, err := c.ResourceV1().ResourceClaims(HealthNamespace).Get(ctx, "victim", metav1.GetOptions{})
