@@ -141,9 +141,20 @@ func TestMigrationDevicePluginNames(t *testing.T) {
 		}
 	}
 
-	// The cluster decides what nvidia.com/gpu means: here, a share.
-	upgradeRelease(t, ctx, "--set", "extendedResourceName=", "--set", "extendedResources.timeslice="+vocabulary.ResourceGPU,
+	// The cluster decides what nvidia.com/gpu means: here, a share. The name
+	// moves in two upgrades, each way (docs/migration.md: the scheduler's
+	// extended-resource cache drops a name that one class loses while
+	// another takes it): off the whole-GPU class, then onto the share class;
+	// at the end off the share class (this cleanup runs before
+	// saveRelease's), then back onto the whole-GPU class.
+	upgradeRelease(t, ctx, "--set", "extendedResourceName=", "--set", "extendedResources.timeslice=null",
 		"--set", "extendedResources.migProfiles=null")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		upgradeRelease(t, ctx, "--set", "extendedResources.timeslice=null")
+	})
+	upgradeRelease(t, ctx, "--set", "extendedResources.timeslice="+vocabulary.ResourceGPU)
 	ns2 := newNamespace(t, ctx, "e2e-migration-shared")
 	if err := poll(ctx, func(ctx context.Context) (bool, error) {
 		dc, err := env.cluster.Client.ResourceV1().DeviceClasses().Get(ctx, "timeslice."+driverName, metav1.GetOptions{})
