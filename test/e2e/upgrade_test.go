@@ -272,10 +272,12 @@ func ctr(t *testing.T, ctx context.Context, args ...string) {
 
 // watchPluginPods watches the node's plugin pods every half second until
 // ctx ends; the returned function gives the most seen at once and the
-// plugin container restarts seen (a crash during the hand-over).
+// plugin container restarts seen (a crash during the hand-over), counted
+// from each pod's first sighting: an earlier test may have restarted the
+// pod the upgrade starts from (TestLivenessRestartsWedgedPlugin does).
 func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
 	var mu sync.Mutex
-	most, restarted := 0, map[string]int32{}
+	most, restarted, first := 0, map[string]int32{}, map[string]int32{}
 	go func() {
 		for ctx.Err() == nil {
 			pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{
@@ -286,8 +288,12 @@ func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
 				mu.Lock()
 				most = max(most, len(pods.Items))
 				for i := range pods.Items {
-					if n := pluginRestarts(&pods.Items[i]); n > 0 {
-						restarted[pods.Items[i].Name] = max(restarted[pods.Items[i].Name], n)
+					name, n := pods.Items[i].Name, pluginRestarts(&pods.Items[i])
+					if _, seen := first[name]; !seen {
+						first[name] = n
+					}
+					if n -= first[name]; n > 0 {
+						restarted[name] = max(restarted[name], n)
 					}
 				}
 				mu.Unlock()
