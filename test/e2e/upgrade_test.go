@@ -272,14 +272,15 @@ func ctr(t *testing.T, ctx context.Context, args ...string) {
 
 // watchPluginPods watches the node's plugin pods every half second until
 // ctx ends; the returned function gives the most seen at once and the
-// plugin container restarts seen (a crash during the hand-over), counted
-// from each pod's first sighting: an earlier test may have restarted the
-// pod the upgrade starts from (TestLivenessRestartsWedgedPlugin does).
+// plugin container restarts seen (a crash during the hand-over); those of
+// the pods already there at the first look count from then: an earlier test
+// may have restarted the pod the upgrade starts from
+// (TestLivenessRestartsWedgedPlugin does).
 func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
 	var mu sync.Mutex
 	most, restarted, first := 0, map[string]int32{}, map[string]int32{}
 	go func() {
-		for ctx.Err() == nil {
+		for looked := false; ctx.Err() == nil; {
 			pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{
 				LabelSelector: "app.kubernetes.io/component=kubelet-plugin",
 				FieldSelector: "spec.nodeName=" + env.node,
@@ -289,13 +290,14 @@ func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
 				most = max(most, len(pods.Items))
 				for i := range pods.Items {
 					name, n := pods.Items[i].Name, pluginRestarts(&pods.Items[i])
-					if _, seen := first[name]; !seen {
-						first[name] = n
+					if !looked {
+						first[name] = n // absent later: 0
 					}
 					if n -= first[name]; n > 0 {
 						restarted[name] = max(restarted[name], n)
 					}
 				}
+				looked = true
 				mu.Unlock()
 			}
 			time.Sleep(500 * time.Millisecond)
