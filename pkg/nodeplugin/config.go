@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/heartbeat"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
@@ -90,6 +91,10 @@ type Config struct {
 	ProbePeriod              time.Duration
 	ProbeTimeout             time.Duration
 	LivenessFailureThreshold int
+	// HeartbeatPeriod is how often the node's heartbeat Lease (in
+	// PodNamespace) is renewed while the DRA socket and NVML checks pass;
+	// dra-controller taints the node's devices when it lapses. 0: off.
+	HeartbeatPeriod time.Duration
 
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
@@ -149,6 +154,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ProbePeriod, "probe-period", liveness.DefaultPeriod, "How often the probe checks run: the DRA and registration sockets answer a call, NVML answers DeviceGetCount.")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", liveness.DefaultTimeout, "How long a probe check may take before it counts as failed (a hung NVML call); at most --probe-period.")
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
+	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -211,7 +217,13 @@ func (c *Config) Validate() error {
 	if (c.MetricsCertFile == "") != (c.MetricsKeyFile == "") {
 		return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-key-file go together (got %q and %q)", c.MetricsCertFile, c.MetricsKeyFile)
 	}
-	if c.ProbeAddress != "" {
+	if c.HeartbeatPeriod < 0 {
+		return fmt.Errorf("--heartbeat-period=%s: must not be negative", c.HeartbeatPeriod)
+	}
+	if c.HeartbeatPeriod > 0 && c.PodNamespace == "" && !c.PrintSlices {
+		return fmt.Errorf("--heartbeat-period=%s needs --pod-namespace (POD_NAMESPACE from the downward API), where its Lease lives; --heartbeat-period=0 turns the heartbeat off", c.HeartbeatPeriod)
+	}
+	if c.HeartbeatPeriod > 0 || c.ProbeAddress != "" {
 		if _, err := c.prober(nil); err != nil {
 			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
 		}

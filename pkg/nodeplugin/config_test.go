@@ -3,6 +3,7 @@ package nodeplugin
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -28,12 +29,15 @@ func TestConfigValidate(t *testing.T) {
 		"shm size in bytes":         {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1000" }, "use 0Mi or 1Mi"},
 		"shm size too large":        {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "80Ti" }, "at most 1Ti"},
 		// ParseQuantity takes minutes on such exponents.
-		"shm size with an exponent": {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
-		"unknown machine":           {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
-		"metrics auth delegated":    {func(c *Config) { c.MetricsAuth = MetricsAuthDelegated }, ""},
-		"metrics auth unknown":      {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
-		"metrics cert without key":  {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
-		"metrics cert and key":      {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
+		"shm size with an exponent":   {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
+		"unknown machine":             {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
+		"metrics auth delegated":      {func(c *Config) { c.MetricsAuth = MetricsAuthDelegated }, ""},
+		"metrics auth unknown":        {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
+		"metrics cert without key":    {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
+		"metrics cert and key":        {func(c *Config) { c.MetricsCertFile, c.MetricsKeyFile = "tls.crt", "tls.key" }, ""},
+		"heartbeat without namespace": {func(c *Config) { c.HeartbeatPeriod = time.Second }, "--heartbeat-period=1s needs --pod-namespace"},
+		"heartbeat":                   {func(c *Config) { c.HeartbeatPeriod, c.PodNamespace = time.Second, "ns" }, ""},
+		"heartbeat negative":          {func(c *Config) { c.HeartbeatPeriod = -time.Second }, "--heartbeat-period=-1s: must not be negative"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
@@ -30,15 +31,29 @@ func (c *Config) prober(lib nvml.Interface) (*liveness.Prober, error) {
 	})
 }
 
-// serveProbes runs the probe checks and serves them on --probe-address
-// until ctx ends; a server that cannot listen is fatal, as the kubelet
-// would otherwise restart the plugin for failed probes without a reason.
-func serveProbes(ctx context.Context, cfg *Config, hw *hardware, fatal context.CancelCauseFunc) error {
+// startProbes runs the probe checks when the probes or the heartbeat use
+// them: it serves them on --probe-address (a server that cannot listen is
+// fatal, as the kubelet would otherwise restart the plugin for failed probes
+// without a reason) and renews the heartbeat Lease while they pass.
+func startProbes(ctx context.Context, cfg *Config, hw *hardware, client kubernetes.Interface, fatal context.CancelCauseFunc) error {
+	if cfg.ProbeAddress == "" && cfg.HeartbeatPeriod == 0 {
+		return nil
+	}
 	p, err := cfg.prober(hw.nvml)
 	if err != nil {
 		return err
 	}
+	if cfg.HeartbeatPeriod > 0 {
+		hb, err := cfg.heartbeat(client, p)
+		if err != nil {
+			return err
+		}
+		go hb.Run(ctx)
+	}
 	go p.Run(ctx)
+	if cfg.ProbeAddress == "" {
+		return nil
+	}
 	go func() {
 		if err := p.Serve(ctx, cfg.ProbeAddress); err != nil {
 			klog.FromContext(ctx).Error(err, "Probe server", "address", cfg.ProbeAddress)

@@ -133,10 +133,8 @@ func Run(ctx context.Context, cfg *Config) error {
 		})
 		go serveMetrics(ctx, cfg, hw, telemetry.NewRegistry(metrics, collector), sec)
 	}
-	if cfg.ProbeAddress != "" {
-		if err := serveProbes(ctx, cfg, hw, cancel); err != nil {
-			return err
-		}
+	if err := startProbes(ctx, cfg, hw, client, cancel); err != nil {
+		return err
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(node.gpus))
 
