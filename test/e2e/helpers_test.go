@@ -72,18 +72,7 @@ func celSelector(expr string) []resourceapi.DeviceSelector {
 // claimPod creates a pod using a claim from the template and waits until it runs.
 func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: &template}},
-			Containers: []corev1.Container{{
-				Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:   []string{"sleep", "86400"},
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
-			}},
-		},
-	}
+	pod := claimPodObject(ns, name, template)
 	if _, err := env.cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, name, err)
 	}
@@ -96,6 +85,22 @@ func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *cor
 		t.Fatal(err)
 	}
 	return got
+}
+
+// claimPodObject is a pod that sleeps with a claim from the template.
+func claimPodObject(ns, name, template string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: &template}},
+			Containers: []corev1.Container{{
+				Name: "ctr", Image: "gdd.local/demo:v1", ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:   []string{"sleep", "86400"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}},
+			}},
+		},
+	}
 }
 
 // podClaim returns the pod's (single) allocated claim.
