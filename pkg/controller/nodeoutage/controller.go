@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -53,6 +54,9 @@ type Options struct {
 	DiscoveryInterval time.Duration
 	Clock             clock.PassiveClock
 	Metrics           *metrics.Metrics
+	// Recorder records the Node events of a taint and its removal; nil:
+	// Run records them through the API (events.k8s.io).
+	Recorder events.EventRecorder
 }
 
 // Controller keeps one DeviceTaintRule per node whose heartbeat lapsed.
@@ -76,6 +80,9 @@ type observation struct {
 	renewTime time.Time
 	at        time.Time
 }
+
+// eventSource is the reporting controller of the Node events.
+const eventSource = "gpu-dra-controller"
 
 // poolIndex indexes slices by pool name: the node name (pkg/devicemodel).
 const poolIndex = "pool"
@@ -119,6 +126,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	factories, synced, err := c.informers()
 	if err != nil {
 		return err
+	}
+	if c.opts.Recorder == nil {
+		b := events.NewEventBroadcasterAdapterWithContext(ctx, c.client)
+		b.StartRecordingToSink(ctx.Done())
+		defer b.Shutdown()
+		c.opts.Recorder = b.NewRecorder(eventSource)
 	}
 	for _, f := range factories {
 		f.Start(ctx.Done())

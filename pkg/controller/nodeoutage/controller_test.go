@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
 	k8smetrics "k8s.io/component-base/metrics"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -77,6 +78,7 @@ type fixture struct {
 	clock  *testingclock.FakeClock
 	c      *Controller
 	reg    k8smetrics.KubeRegistry
+	events chan string
 }
 
 func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
@@ -88,6 +90,8 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	m.MustRegister(reg)
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	opts.DriverName, opts.Namespace, opts.Clock, opts.Metrics = vocabulary.DriverName, ns, clk, m
+	rec := events.NewFakeRecorder(100)
+	opts.Recorder = rec
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = grace
 	}
@@ -114,7 +118,7 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 			t.Fatal("caches not synced")
 		}
 	}
-	return &fixture{t: t, client: client, clock: clk, c: c, reg: reg}
+	return &fixture{t: t, client: client, clock: clk, c: c, reg: reg, events: rec.Events}
 }
 
 // settle waits until the caches hold what the fake API server holds.
@@ -287,6 +291,24 @@ func TestRuleContent(t *testing.T) {
 	}
 	if tt := r.Spec.Taint; tt.Key != "gpu.dra.dev/outage" || tt.Value != "plugin-not-serving" {
 		t.Errorf("taint %+v", tt)
+	}
+	select {
+	case ev := <-f.events:
+		if !strings.HasPrefix(ev, "Warning GPUPluginNotServing") || !strings.Contains(ev, "gpu.dra.dev/outage=plugin-not-serving:NoSchedule") {
+			t.Errorf("node event %q", ev)
+		}
+	default:
+		t.Error("no node event for the taint")
+	}
+	f.renew()
+	f.sync()
+	select {
+	case ev := <-f.events:
+		if !strings.HasPrefix(ev, "Normal GPUPluginServing") {
+			t.Errorf("node event %q", ev)
+		}
+	default:
+		t.Error("no node event for the untaint")
 	}
 	desc := r.Annotations[vocabulary.AnnotationDescription]
 	for _, want := range []string{"node " + node, ns + "/" + vocabulary.HeartbeatLeaseName(node), "2026-01-02T03:00:00Z", "plugin-abc", "40s", "gpu.dra.dev/outage=plugin-not-serving:NoSchedule", "docs/operations.md"} {

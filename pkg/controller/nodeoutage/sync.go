@@ -31,7 +31,8 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 	lease := get[coordinationv1.Lease](c.leases, c.opts.Namespace+"/"+vocabulary.HeartbeatLeaseName(node))
 	rule := get[resourceapi.DeviceTaintRule](c.rules, vocabulary.OutageRuleName(node))
 
-	if get[corev1.Node](c.nodes, node) == nil {
+	nodeObj := get[corev1.Node](c.nodes, node)
+	if nodeObj == nil {
 		c.forget(node)
 		return 0, errors.Join(c.deleteRule(ctx, node, rule, "node deleted"), c.deleteLease(ctx, lease, "node deleted"))
 	}
@@ -42,7 +43,13 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 	now := c.opts.Clock.Now()
 	unrenewed := now.Sub(c.observe(node, lease, now))
 	if left := c.opts.GracePeriod - unrenewed; left >= 0 {
-		return left + recheckMargin, c.deleteRule(ctx, node, rule, "plugin serves again")
+		if err := c.deleteRule(ctx, node, rule, "plugin serves again"); err != nil {
+			return 0, err
+		}
+		if rule != nil {
+			c.event(nodeObj, corev1.EventTypeNormal, "GPUPluginServing", "Untaint", "The %s kubelet plugin renews its heartbeat Lease again: DeviceTaintRule %s deleted", c.opts.DriverName, rule.Name)
+		}
+		return left + recheckMargin, nil
 	}
 	if slices, err := c.slices.ByIndex(poolIndex, node); err == nil && len(slices) == 0 {
 		// The kubelet deletes the slices of a plugin that unregistered:
@@ -60,7 +67,14 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 			effect = resourceapi.DeviceTaintEffectNoExecute
 		}
 	}
-	return recheck, c.ensureRule(ctx, node, rule, c.desired(node, lease, effect))
+	want := c.desired(node, lease, effect)
+	if err := c.ensureRule(ctx, node, rule, want); err != nil {
+		return 0, err
+	}
+	if rule == nil || rule.Spec.Taint.Effect != effect {
+		c.event(nodeObj, corev1.EventTypeWarning, "GPUPluginNotServing", "Taint", "%s", want.Annotations[vocabulary.AnnotationDescription])
+	}
+	return recheck, nil
 }
 
 // observe returns when (controller clock) the Lease's current renewTime
@@ -193,4 +207,11 @@ func (c *Controller) changed(node, action string, tainted bool) {
 		delete(c.tainted, node)
 	}
 	c.metrics.OutageTaintedNodes.Set(float64(len(c.tainted)))
+}
+
+// event records an event about the node, if there is a recorder.
+func (c *Controller) event(node *corev1.Node, eventType, reason, action, note string, args ...any) {
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Eventf(node, nil, eventType, reason, action, note, args...)
+	}
 }
