@@ -124,6 +124,9 @@ func TestOutage(t *testing.T) {
 		rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || rule.Spec.Taint.Key != vocabulary.OutageTaintKey {
 		t.Errorf("rule %s: selector %+v, taint %+v", rule.Name, rule.Spec.DeviceSelector, rule.Spec.Taint)
 	}
+	if err := poll(ctx, func(ctx context.Context) (bool, error) { return nodeEvent(ctx, "GPUPluginNotServing") != "", nil }); err != nil {
+		t.Errorf("no GPUPluginNotServing event on node %s: %v", env.node, err)
+	}
 	if n := sliceCount(t, ctx); n != slicesBefore {
 		t.Errorf("the stopped plugin's node has %d ResourceSlices, had %d: the kubelet keeps a registered plugin's slices", n, slicesBefore)
 	}
@@ -272,4 +275,15 @@ func TestHeartbeatLeaseWriteDenied(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nodeEvent is the note of the latest event with reason on the node ("" none).
+func nodeEvent(ctx context.Context, reason string) string {
+	evs, err := env.cluster.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + env.node + ",reason=" + reason,
+	})
+	if err != nil || len(evs.Items) == 0 {
+		return ""
+	}
+	return evs.Items[len(evs.Items)-1].Message
 }
