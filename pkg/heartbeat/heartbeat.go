@@ -53,8 +53,10 @@ type Heartbeat struct {
 	// lease is the latest Lease read or written; nil: read it first.
 	lease *coordinationv1.Lease
 	// notServing is the reason of the latest skipped renewal ("" when the
-	// latest round renewed), to log only changes.
+	// latest round renewed), to log only changes; served says whether the
+	// plugin ever served (before, a failed check is the start, not news).
 	notServing string
+	served     bool
 }
 
 // New checks opts and returns a Heartbeat; it writes nothing before Run.
@@ -100,12 +102,16 @@ func (h *Heartbeat) Run(ctx context.Context) {
 func (h *Heartbeat) beat(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	if err := h.opts.Serving(); err != nil {
-		if reason := err.Error(); reason != h.notServing {
+		switch reason := err.Error(); {
+		case !h.served: // starting: the first checks have not passed yet
+			logger.V(2).Info("Not serving yet: heartbeat Lease not renewed", "reason", reason)
+		case reason != h.notServing:
 			logger.Error(err, "Not serving: heartbeat Lease not renewed; dra-controller taints this node's devices when it lapses")
 			h.notServing = reason
 		}
 		return
 	}
+	h.served = true
 	if h.notServing != "" {
 		logger.Info("Serving again: renewing the heartbeat Lease")
 		h.notServing = ""
