@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodeoutage"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -50,6 +51,12 @@ type Config struct {
 	ModelDeviceClassGracePeriod time.Duration
 	// Workers is the number of node label workers.
 	Workers int
+	// Outage taints the devices of nodes whose plugin stopped renewing its
+	// heartbeat Lease (in Namespace) for OutageGracePeriod; NoExecute after
+	// OutageNoExecuteAfter when positive (pkg/controller/nodeoutage).
+	Outage               bool
+	OutageGracePeriod    time.Duration
+	OutageNoExecuteAfter time.Duration
 
 	LeaderElection LeaderElectionConfig
 
@@ -132,6 +139,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.MIGProfileDeviceClasses, "mig-profile-device-classes", false, "Keep one DeviceClass per MIG profile in the cluster's ResourceSlices, e.g. mig-1g.10gb.<driver-name>, serving the device plugin's extended resource nvidia.com/mig-1g.10gb (leader only; docs/migration.md).")
 	fs.DurationVar(&c.ModelDeviceClassGracePeriod, "model-device-class-grace-period", modelclasses.DefaultGracePeriod, "How long a GPU model must be gone from all ResourceSlices before its DeviceClass is deleted.")
 	fs.IntVar(&c.Workers, "workers", 4, "Concurrent node label updates.")
+	fs.BoolVar(&c.Outage, "outage-taints", true, "Taint the devices of a node whose kubelet plugin stopped renewing its heartbeat Lease (it is registered but does not serve) with a DeviceTaintRule, "+
+		"deleted when it serves again (leader only; needs resource.k8s.io/v1 DeviceTaintRules, Kubernetes 1.37+: without them the controller logs that outage taints are unavailable and carries on).")
+	fs.DurationVar(&c.OutageGracePeriod, "outage-grace-period", nodeoutage.DefaultGracePeriod, "How long a node's heartbeat Lease may go unrenewed, on the controller's clock, before the node's devices are tainted NoSchedule.")
+	fs.DurationVar(&c.OutageNoExecuteAfter, "outage-noexecute-after", 0, "When positive (at least --outage-grace-period): how long a heartbeat Lease may go unrenewed before the taint becomes NoExecute and the pods using the node's devices are evicted. 0: never.")
 
 	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", true, "Elect a leader (Lease in --namespace) to run the node label and DeviceClass controllers; turn off only with a single replica.")
 	fs.StringVar(&c.LeaderElection.LeaseName, "leader-elect-lease-name", "gpu-dra-controller", "Name of the leader election Lease.")
@@ -147,9 +158,20 @@ func (c *Config) Validate() error {
 	if c.DriverName == "" {
 		errs = append(errs, errors.New("--driver-name must not be empty"))
 	}
-	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses
+	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage
 	if !c.Webhook.Enabled && !leaderWork {
-		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes and --mig-profile-device-classes are all off"))
+		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes and --outage-taints are all off"))
+	}
+	if c.Outage {
+		if c.Namespace == "" {
+			errs = append(errs, errors.New("--namespace is required for --outage-taints: the plugins' heartbeat Leases live there"))
+		}
+		if c.OutageGracePeriod <= 0 {
+			errs = append(errs, fmt.Errorf("--outage-grace-period (%v) must be positive", c.OutageGracePeriod))
+		}
+		if c.OutageNoExecuteAfter < 0 || c.OutageNoExecuteAfter > 0 && c.OutageNoExecuteAfter < c.OutageGracePeriod {
+			errs = append(errs, fmt.Errorf("--outage-noexecute-after (%v) must be 0 or at least --outage-grace-period (%v)", c.OutageNoExecuteAfter, c.OutageGracePeriod))
+		}
 	}
 	if c.Webhook.Enabled {
 		w := &c.Webhook

@@ -34,6 +34,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodelabels"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodeoutage"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/webhook"
 )
 
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 
 	// Leader-only controllers.
-	if cfg.NodeLabels || cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses {
+	if cfg.NodeLabels || cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses || cfg.Outage {
 		if cfg.LeaderElection.Enabled {
 			le, adaptor, err := leaderElector(client, cfg, func(ctx context.Context) {
 				if err := runControllers(ctx, client, cfg, m); err != nil {
@@ -328,11 +329,21 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 		factories = append(factories, classFactory)
 		run = append(run, c.Run)
 	}
+	if cfg.Outage {
+		c, err := nodeoutage.New(client, nodeoutage.Options{
+			DriverName: cfg.DriverName, Namespace: cfg.Namespace, Metrics: m,
+			GracePeriod: cfg.OutageGracePeriod, NoExecuteAfter: cfg.OutageNoExecuteAfter,
+		})
+		if err != nil {
+			return err
+		}
+		run = append(run, func(ctx context.Context) error { return c.Run(ctx, cfg.Workers) })
+	}
 	factories = append(factories, sliceFactory)
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses)
+	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses, "outageTaints", cfg.Outage)
 
 	for _, fn := range run {
 		group.Go(func() error { return fn(ctx) })

@@ -50,19 +50,23 @@ func TestValidate(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		"defaults need a namespace":    {wantErr: "--namespace is required"},
-		"defaults with namespace":      {args: []string{"--namespace=gpu"}},
-		"cert-manager files":           {args: []string{"--tls-cert-file=c", "--tls-key-file=k", "--leader-elect=false"}},
-		"cert without key":             {args: []string{"--namespace=gpu", "--tls-cert-file=c"}, wantErr: "go together"},
-		"nothing to do":                {args: []string{"--webhook=false", "--node-labels=false"}, wantErr: "nothing to do"},
-		"only MIG profile classes":     {args: []string{"--namespace=gpu", "--webhook=false", "--node-labels=false", "--mig-profile-device-classes"}},
-		"webhook only, files":          {args: []string{"--node-labels=false", "--tls-cert-file=c", "--tls-key-file=k"}},
-		"bad lease timing":             {args: []string{"--namespace=gpu", "--leader-elect-renew-deadline=20s"}, wantErr: "lease duration"},
-		"cert outlives CA":             {args: []string{"--namespace=gpu", "--cert-validity=30000h"}, wantErr: "--cert-validity"},
-		"no propagation delay":         {args: []string{"--namespace=gpu", "--ca-propagation-delay=0s"}, wantErr: "--ca-propagation-delay"},
-		"empty driver":                 {args: []string{"--namespace=gpu", "--driver-name="}, wantErr: "--driver-name"},
-		"negative grace":               {args: []string{"--namespace=gpu", "--model-device-class-grace-period=-1s"}, wantErr: "grace"},
-		"labels without leader choice": {args: []string{"--webhook=false", "--leader-elect=false"}},
+		"defaults need a namespace":      {wantErr: "--namespace is required"},
+		"defaults with namespace":        {args: []string{"--namespace=gpu"}},
+		"cert-manager files":             {args: []string{"--tls-cert-file=c", "--tls-key-file=k", "--leader-elect=false", "--outage-taints=false"}},
+		"cert without key":               {args: []string{"--namespace=gpu", "--tls-cert-file=c"}, wantErr: "go together"},
+		"nothing to do":                  {args: []string{"--webhook=false", "--node-labels=false", "--outage-taints=false"}, wantErr: "nothing to do"},
+		"webhook only, files":            {args: []string{"--node-labels=false", "--outage-taints=false", "--tls-cert-file=c", "--tls-key-file=k"}},
+		"bad lease timing":               {args: []string{"--namespace=gpu", "--leader-elect-renew-deadline=20s"}, wantErr: "lease duration"},
+		"cert outlives CA":               {args: []string{"--namespace=gpu", "--cert-validity=30000h"}, wantErr: "--cert-validity"},
+		"no propagation delay":           {args: []string{"--namespace=gpu", "--ca-propagation-delay=0s"}, wantErr: "--ca-propagation-delay"},
+		"empty driver":                   {args: []string{"--namespace=gpu", "--driver-name="}, wantErr: "--driver-name"},
+		"negative grace":                 {args: []string{"--namespace=gpu", "--model-device-class-grace-period=-1s"}, wantErr: "grace"},
+		"labels without leader choice":   {args: []string{"--webhook=false", "--leader-elect=false", "--outage-taints=false"}},
+		"outage taints need a namespace": {args: []string{"--leader-elect=false", "--tls-cert-file=c", "--tls-key-file=k"}, wantErr: "--namespace is required for --outage-taints"},
+		"outage grace zero":              {args: []string{"--namespace=gpu", "--outage-grace-period=0s"}, wantErr: "--outage-grace-period"},
+		"noexecute before noschedule":    {args: []string{"--namespace=gpu", "--outage-noexecute-after=10s"}, wantErr: "--outage-noexecute-after (10s) must be 0 or at least --outage-grace-period (40s)"},
+		"noexecute later":                {args: []string{"--namespace=gpu", "--outage-noexecute-after=10m"}},
+		"only MIG profile classes":       {args: []string{"--namespace=gpu", "--webhook=false", "--node-labels=false", "--outage-taints=false", "--mig-profile-device-classes"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -221,7 +225,7 @@ func runWithCertFiles(t *testing.T, args ...string) (*Config, func()) {
 	}
 	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
 
-	cfg := defaults(t, append([]string{"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile, "--leader-elect=false", "--node-labels=false"}, args...)...)
+	cfg := defaults(t, append([]string{"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile, "--leader-elect=false", "--node-labels=false", "--outage-taints=false"}, args...)...)
 	cfg.KubeClient = fake.NewClientset()
 	cfg.WebhookListener, cfg.HTTPListener = localListener(t), localListener(t)
 	if err := cfg.Validate(); err != nil {
@@ -377,7 +381,7 @@ func TestRunReturnsWhenAServerCannotListen(t *testing.T) {
 // checks are listed with ?verbose and each has its own path.
 func TestHealthEndpoints(t *testing.T) {
 	dir := t.TempDir()
-	cfg := defaults(t, "--tls-cert-file="+dir+"/tls.crt", "--tls-key-file="+dir+"/tls.key", "--leader-elect=false", "--node-labels=false")
+	cfg := defaults(t, "--tls-cert-file="+dir+"/tls.crt", "--tls-key-file="+dir+"/tls.key", "--leader-elect=false", "--node-labels=false", "--outage-taints=false")
 	cfg.KubeClient = fake.NewClientset()
 	cfg.WebhookListener, cfg.HTTPListener = localListener(t), localListener(t)
 	start(t, cfg)

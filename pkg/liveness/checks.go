@@ -12,12 +12,19 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
+// Names of the checks below, for Prober.Passing.
+const (
+	DRASocketCheck          = "dra-socket"
+	RegistrationSocketCheck = "registration-socket"
+	NVMLCheck               = "nvml"
+)
+
 // DRASocket checks that the DRA gRPC service on the unix socket at path
 // answers as the kubelet calls it: a NodePrepareResources without claims,
 // which goes through the kubelet helper into the prepare engine and changes
 // nothing.
 func DRASocket(path string) Check {
-	return Check{Name: "dra-socket", Run: func(ctx context.Context) error {
+	return Check{Name: DRASocketCheck, Run: func(ctx context.Context) error {
 		return withConn(path, func(conn *grpc.ClientConn) error {
 			if _, err := drapb.NewDRAPluginClient(conn).NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{}); err != nil {
 				return fmt.Errorf("NodePrepareResources on %s: %w", path, err)
@@ -30,7 +37,7 @@ func DRASocket(path string) Check {
 // RegistrationSocket checks that the registration service on the unix
 // socket at path answers the kubelet's GetInfo.
 func RegistrationSocket(path string) Check {
-	return Check{Name: "registration-socket", Run: func(ctx context.Context) error {
+	return Check{Name: RegistrationSocketCheck, Run: func(ctx context.Context) error {
 		return withConn(path, func(conn *grpc.ClientConn) error {
 			if _, err := registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
 				return fmt.Errorf("GetInfo on %s: %w", path, err)
@@ -55,7 +62,7 @@ func withConn(path string, f func(*grpc.ClientConn) error) error {
 // A hung NVML call does not honor ctx: the Prober's timeout and its single
 // outstanding call per check bound it.
 func NVML(lib nvml.Interface) Check {
-	return Check{Name: "nvml", Run: func(context.Context) error {
+	return Check{Name: NVMLCheck, Run: func(context.Context) error {
 		if _, ret := lib.DeviceGetCount(); ret != nvml.SUCCESS {
 			return fmt.Errorf("NVML DeviceGetCount: %w", ret)
 		}

@@ -228,3 +228,28 @@ func (p *Prober) LiveChecks() []healthz.HealthChecker {
 	}
 	return out
 }
+
+// Passing returns nil when the named checks passed in the latest round and
+// that round is recent (within two periods and a timeout): the heartbeat
+// renews only then. A stuck prober, a check that failed or was never run,
+// or an unknown name is an error that names it.
+func (p *Prober) Passing(names ...string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastRound.IsZero() {
+		return errors.New("not checked yet")
+	}
+	if late := 2*p.opts.Period + p.opts.Timeout; time.Since(p.lastRound) > late {
+		return fmt.Errorf("no round of checks since %s", p.lastRound.Format(time.RFC3339))
+	}
+	for _, name := range names {
+		st := p.state[name]
+		if st == nil {
+			return fmt.Errorf("no probe check %q", name)
+		}
+		if st.err != nil {
+			return fmt.Errorf("check %s: %w", name, st.err)
+		}
+	}
+	return nil
+}

@@ -129,3 +129,48 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// Passing is nil only after a recent round in which the named checks
+// passed; a failed check, a stale round or an unknown name is an error.
+func TestProberPassing(t *testing.T) {
+	var fail atomic.Bool
+	p, err := New(Options{Period: time.Second, Timeout: time.Second, Checks: []Check{
+		{Name: "a", Run: func(context.Context) error { return nil }},
+		{Name: "b", Run: func(context.Context) error {
+			if fail.Load() {
+				return errors.New("b broke")
+			}
+			return nil
+		}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Passing("a"); err == nil {
+		t.Error("passing before the first round")
+	}
+	p.round(ctx)
+	if err := p.Passing("a", "b"); err != nil {
+		t.Errorf("healthy round: %v", err)
+	}
+	if err := p.Passing("c"); err == nil || !strings.Contains(err.Error(), `"c"`) {
+		t.Errorf("unknown check: %v", err)
+	}
+	fail.Store(true)
+	p.round(ctx)
+	if err := p.Passing("a"); err != nil {
+		t.Errorf("a passed: %v", err)
+	}
+	if err := p.Passing("a", "b"); err == nil || !strings.Contains(err.Error(), "b broke") {
+		t.Errorf("b failed: %v", err)
+	}
+	fail.Store(false)
+	p.round(ctx)
+	p.mu.Lock()
+	p.lastRound = time.Now().Add(-4 * time.Second) // rounds stopped
+	p.mu.Unlock()
+	if err := p.Passing("a"); err == nil || !strings.Contains(err.Error(), "no round") {
+		t.Errorf("stale round: %v", err)
+	}
+}

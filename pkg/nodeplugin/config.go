@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/heartbeat"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
@@ -104,6 +105,10 @@ type Config struct {
 	ProbePeriod              time.Duration
 	ProbeTimeout             time.Duration
 	LivenessFailureThreshold int
+	// HeartbeatPeriod is how often the node's heartbeat Lease (in
+	// PodNamespace) is renewed while the DRA socket and NVML checks pass;
+	// dra-controller taints the node's devices when it lapses. 0: off.
+	HeartbeatPeriod time.Duration
 
 	// DevicePluginCheckPeriod is how often the Node is read for resources
 	// of NVIDIA's device plugin, while which nothing is published
@@ -177,6 +182,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
 	fs.DurationVar(&c.DevicePluginCheckPeriod, "device-plugin-check-period", 10*time.Second, "How often to read this node's Node for resources that NVIDIA's device plugin advertises (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*); while the node's allocatable has one, no devices are published, so two drivers never hand out the same GPUs (docs/migration.md). 0 disables the check.")
 	fs.DurationVar(&c.StaleClaimGracePeriod, "stale-claim-grace-period", 5*time.Minute, "How long a prepared claim whose ResourceClaim is gone, has another UID or is no longer allocated to this node stays prepared before the plugin releases it (the kubelet lost its record of the claim); well above the kubelet's own cleanup after a restart (about 80 s). 0 never releases (docs/operations.md).")
+	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -253,7 +259,13 @@ func (c *Config) Validate() error {
 	if (c.MetricsCertFile == "") != (c.MetricsKeyFile == "") {
 		return fmt.Errorf("--metrics-tls-cert-file and --metrics-tls-key-file go together (got %q and %q)", c.MetricsCertFile, c.MetricsKeyFile)
 	}
-	if c.ProbeAddress != "" {
+	if c.HeartbeatPeriod < 0 {
+		return fmt.Errorf("--heartbeat-period=%s: must not be negative", c.HeartbeatPeriod)
+	}
+	if c.HeartbeatPeriod > 0 && c.PodNamespace == "" && !c.PrintSlices {
+		return fmt.Errorf("--heartbeat-period=%s needs --pod-namespace (POD_NAMESPACE from the downward API), where its Lease lives; --heartbeat-period=0 turns the heartbeat off", c.HeartbeatPeriod)
+	}
+	if c.HeartbeatPeriod > 0 || c.ProbeAddress != "" {
 		if _, err := c.prober(func() nvml.Interface { return nil }); err != nil {
 			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
 		}

@@ -46,6 +46,9 @@ func TestConfigValidate(t *testing.T) {
 		"device plugin check < 0":        {func(c *Config) { c.DevicePluginCheckPeriod = -time.Second }, "--device-plugin-check-period=-1s"},
 		"pod uid":                        {func(c *Config) { c.PodUID = "0b5f2c3e-8d1a-4f6b-9c7e-2a4d6f8b0c1e" }, ""},
 		"pod uid with a slash":           {func(c *Config) { c.PodUID = "../x" }, `--pod-uid="../x": must be a pod UID`},
+		"heartbeat without namespace":    {func(c *Config) { c.HeartbeatPeriod = time.Second }, "--heartbeat-period=1s needs --pod-namespace"},
+		"heartbeat":                      {func(c *Config) { c.HeartbeatPeriod, c.PodNamespace = time.Second, "ns" }, ""},
+		"heartbeat negative":             {func(c *Config) { c.HeartbeatPeriod = -time.Second }, "--heartbeat-period=-1s: must not be negative"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

@@ -8,6 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -50,7 +51,7 @@ func (c *Config) socketOptions() []kubeletplugin.Option {
 // while the instance waits to own the node (it opens NVML only then: the
 // simulation's state is the node's); the check passes until then.
 func (c *Config) prober(lib func() nvml.Interface) (*liveness.Prober, error) {
-	nvmlCheck := liveness.Check{Name: "nvml", Run: func(ctx context.Context) error {
+	nvmlCheck := liveness.Check{Name: liveness.NVMLCheck, Run: func(ctx context.Context) error {
 		if l := lib(); l != nil {
 			return liveness.NVML(l).Run(ctx)
 		}
@@ -66,10 +67,15 @@ func (c *Config) prober(lib func() nvml.Interface) (*liveness.Prober, error) {
 	})
 }
 
-// serveProbes runs the probe checks and serves them on --probe-address
-// until ctx ends; a server that cannot listen is fatal, as the kubelet
-// would otherwise restart the plugin for failed probes without a reason.
-func serveProbes(ctx context.Context, cfg *Config, lib *atomic.Pointer[nvml.Interface], fatal context.CancelCauseFunc) error {
+// startProbes runs the probe checks when the probes or the heartbeat use
+// them: it serves them on --probe-address (a server that cannot listen is
+// fatal, as the kubelet would otherwise restart the plugin for failed probes
+// without a reason) and renews the heartbeat Lease while they pass and the
+// instance owns the node (lib is set: a rolling update's new instance waits).
+func startProbes(ctx context.Context, cfg *Config, lib *atomic.Pointer[nvml.Interface], client kubernetes.Interface, fatal context.CancelCauseFunc) error {
+	if cfg.ProbeAddress == "" && cfg.HeartbeatPeriod == 0 {
+		return nil
+	}
 	p, err := cfg.prober(func() nvml.Interface {
 		if l := lib.Load(); l != nil {
 			return *l
@@ -79,7 +85,17 @@ func serveProbes(ctx context.Context, cfg *Config, lib *atomic.Pointer[nvml.Inte
 	if err != nil {
 		return err
 	}
+	if cfg.HeartbeatPeriod > 0 {
+		hb, err := cfg.heartbeat(client, p, func() bool { return lib.Load() != nil })
+		if err != nil {
+			return err
+		}
+		go hb.Run(ctx)
+	}
 	go p.Run(ctx)
+	if cfg.ProbeAddress == "" {
+		return nil
+	}
 	go func() {
 		if err := p.Serve(ctx, cfg.ProbeAddress); err != nil {
 			klog.FromContext(ctx).Error(err, "Probe server", "address", cfg.ProbeAddress)

@@ -63,10 +63,7 @@ func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Inte
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	s.helper, s.cancel = helper, cancel
-	if cfg.ProbeAddress != "" {
-		return serveProbes(ctx, cfg, &s.nvml, fatal)
-	}
-	return nil
+	return startProbes(ctx, cfg, &s.nvml, client, fatal)
 }
 
 // own is called once the instance owns the node and has built its plugin:

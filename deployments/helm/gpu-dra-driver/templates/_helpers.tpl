@@ -91,3 +91,11 @@ MPS daemon pods mount the host one at the plugin's path. Returns a dict with key
 {{- define "gpu-dra-driver.mpsControl" -}}
 {{- if .Values.simulate }}/usr/bin/mps-control-sim{{ else }}/driver-root/usr/bin/nvidia-cuda-mps-control{{ end }}
 {{- end }}
+
+{{/*
+heartbeat is "true" when the plugin renews a heartbeat Lease (kubeletPlugin.heartbeatPeriod
+is not zero), else empty.
+*/}}
+{{- define "gpu-dra-driver.heartbeat" -}}
+{{- if not (regexMatch "^(0+(\\.0+)?(ms|s|m))+$" (toString .Values.kubeletPlugin.heartbeatPeriod)) }}true{{ end }}
+{{- end }}
