@@ -72,6 +72,13 @@ func TestPrometheusDashboards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := r.Cleanup(ctx, first); err != nil {
+			t.Errorf("cleanup 01-first-gpu: %v", err)
+		}
+	})
 	if err := r.Apply(ctx, first); err != nil {
 		t.Fatal(err)
 	}
