@@ -95,6 +95,9 @@ type Config struct {
 	// top` reaches it through the API server's pods/portforward, which the
 	// API server authorizes (docs/telemetry.md). Empty disables it.
 	LocalMetricsAddress string
+	// DCGMMetrics adds dcgm-exporter's metric and label names to /metrics
+	// (docs/telemetry.md, "dcgm-exporter compatibility").
+	DCGMMetrics bool
 
 	// ProbeAddress serves the kubelet's /readyz and /livez probes (plain
 	// HTTP, no credentials; empty: off). Checks of the DRA and registration
@@ -172,6 +175,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HealthTaintEffects, "health-taint-effects", "", "Taint effect per reason, e.g. GPULost=NoExecute,XID79=NoExecute,XID48=NoSchedule; reasons not listed get NoSchedule. Empty: the defaults of docs/health.md.")
 	fs.StringVar(&c.MetricsAddress, "metrics-address", ":9400", "Address for Prometheus /metrics (and, in simulation, /simulate/event); empty disables it.")
 	fs.StringVar(&c.LocalMetricsAddress, "local-metrics-address", "", "Loopback address (127.0.0.1:PORT) serving /metrics without authentication inside the plugin's pod, for `kubectl gpu top` through pods/portforward; needs --metrics-address; empty disables it.")
+	fs.BoolVar(&c.DCGMMetrics, "dcgm-metrics", false, "Also serve the device readings under dcgm-exporter's metric and label names (DCGM_FI_DEV_GPU_UTIL, ...; namespace, pod, container), so dashboards written for dcgm-exporter keep working; docs/telemetry.md.")
 	fs.StringVar(&c.MetricsAuth, "metrics-auth", MetricsAuthNone, "Who may use the metrics address: "+MetricsAuthNone+" (anyone, plain HTTP unless --metrics-tls-cert-file is given), or "+MetricsAuthDelegated+
 		" (HTTPS; a bearer token the API server authenticates with a TokenReview, whose user may get the non-resource URL /metrics, or post /simulate/event, by a SubjectAccessReview; docs/telemetry.md).")
 	fs.StringVar(&c.MetricsCertFile, "metrics-tls-cert-file", "", "HTTPS serving certificate of the metrics address (with --metrics-tls-key-file); empty with --metrics-auth=delegated: a self-signed one generated at start.")

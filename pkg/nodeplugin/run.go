@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		}
 		collector := telemetry.NewCollector(telemetry.CollectorOptions{
 			NVML: hw.nvml, NodeName: cfg.NodeName, GPUs: node.gpus, Holders: drv, Health: monitor, Processes: drv.ProcessOwners(),
-			MIGDeviceName: devicemodel.StaticMIGDeviceName,
+			MIGDeviceName: devicemodel.StaticMIGDeviceName, DCGM: cfg.DCGMMetrics, XIDs: metrics,
 		})
 		reg := telemetry.NewRegistry(metrics, collector)
 		if stale != nil {

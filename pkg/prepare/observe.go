@@ -130,7 +130,7 @@ func holdersFromClaims(claims []checkpoint.PreparedClaim, consumers func(types.U
 func deviceHolders(c checkpoint.PreparedClaim, pd checkpoint.PreparedDevice, users []podattribution.Consumer) []telemetry.Holder {
 	holder := func(u podattribution.Consumer, container string, ids []string) telemetry.Holder {
 		return telemetry.Holder{Device: pd.Device, Namespace: c.Namespace, Claim: c.Name, Pod: u.Pod, Container: container,
-			PodUID: string(u.PodUID), ContainerIDs: ids}
+			PodUID: string(u.PodUID), ContainerIDs: ids, Shared: pd.Sharing != nil}
 	}
 	var out []telemetry.Holder
 	covered := map[string]bool{}

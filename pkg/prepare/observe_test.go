@@ -149,7 +149,7 @@ func TestKindOf(t *testing.T) {
 func TestHoldersFromClaims(t *testing.T) {
 	claims := []checkpoint.PreparedClaim{
 		{UID: "u1", Namespace: "a", Name: "shared", State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
-			{Device: "gpu-0-ts", UUIDs: []string{"GPU-0"}},
+			{Device: "gpu-0-ts", UUIDs: []string{"GPU-0"}, Sharing: &checkpoint.Sharing{Strategy: "TimeSlicing"}},
 		}},
 		{UID: "u2", Namespace: "b", Name: "mig", State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{
 			{Device: "gpu-1-mig-1g.10gb-6", UUIDs: []string{"MIG-1"}},
@@ -161,7 +161,7 @@ func TestHoldersFromClaims(t *testing.T) {
 	pods := map[types.UID][]podattribution.Consumer{"u1": {{Pod: "p1"}, {Pod: "p2", PodUID: "p2-uid", Container: "c", ContainerIDs: []string{"c-id"}}}}
 	got := holdersFromClaims(claims, func(uid types.UID) []podattribution.Consumer { return pods[uid] })
 	if len(got["GPU-0"]) != 2 || !reflect.DeepEqual(got["GPU-0"][1], telemetry.Holder{Device: "gpu-0-ts", Namespace: "a", Claim: "shared", Pod: "p2", Container: "c",
-		PodUID: "p2-uid", ContainerIDs: []string{"c-id"}}) {
+		PodUID: "p2-uid", ContainerIDs: []string{"c-id"}, Shared: true}) {
 		t.Errorf("GPU-0 holders: %+v", got["GPU-0"])
 	}
 	if h := got["MIG-1"]; len(h) != 1 || !reflect.DeepEqual(h[0], telemetry.Holder{Device: "gpu-1-mig-1g.10gb-6", Namespace: "b", Claim: "mig"}) {

@@ -47,6 +47,12 @@ type CollectorOptions struct {
 	// publishes it (devicemodel.StaticMIGDeviceName); nil leaves the device
 	// label of such MIG devices empty.
 	MIGDeviceName func(*discovery.GPU, mig.Instance) string
+	// DCGM adds the dcgm-exporter-compatible series (DCGM_FI_*; see
+	// dcgm.go and docs/telemetry.md).
+	DCGM bool
+	// XIDs, if set, gives the last XID of each GPU for DCGM_FI_DEV_XID_ERRORS;
+	// DriverMetrics implements it.
+	XIDs XIDSource
 }
 
 // Collector reads GPU and MIG device telemetry from NVML on every scrape.
@@ -60,6 +66,7 @@ type Collector struct {
 	readings          []*reading
 	procReadings      processReadings
 	procs             processState
+	dcgm              *dcgmExposition // nil unless opts.DCGM
 }
 
 var _ metrics.StableCollector = (*Collector)(nil)
@@ -83,6 +90,9 @@ func NewCollector(opts CollectorOptions) *Collector {
 		procs: processState{lastSeen: map[string]uint64{}, gpm: map[string]nvml.GpmSample{},
 			gpmSupport: map[string]bool{}},
 	}
+	if opts.DCGM {
+		c.dcgm = newDCGMExposition()
+	}
 	return c
 }
 
@@ -95,6 +105,9 @@ func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 		ch <- r.desc
 	}
 	c.procReadings.describe(ch)
+	if c.dcgm != nil {
+		c.dcgm.describe(ch)
+	}
 }
 
 // nvmlDevice is one NVIDIA device to read: a GPU or one of its MIG devices.
@@ -146,7 +159,10 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 		devices := append([]nvmlDevice{{handle: handle, uuid: g.UUID, gpu: g, name: gpuName, model: g.ProductName}}, migDevices(handle, g, c.opts.MIGDeviceName)...)
 		for _, d := range devices {
 			c.collectDevice(ch, d, holders[d.uuid])
-			c.collectProcesses(ch, d, holders[d.uuid])
+			uses := c.collectProcesses(ch, d, holders[d.uuid])
+			if c.dcgm != nil {
+				c.collectDCGM(ch, d, holders[d.uuid], uses)
+			}
 		}
 	}
 }

@@ -12,6 +12,9 @@ type Holder struct {
 	// Pod and Container are empty when unknown.
 	Pod       string
 	Container string
+	// Shared marks a share of a device (time-slicing, MPS) that others may
+	// hold too: the dcgm-compatible series then show the holder's own use.
+	Shared bool
 	// PodUID and ContainerIDs, when known, let the collector attribute the
 	// processes on the device (ProcessOwners) to this holder: the pod's
 	// UID and the runtime IDs the container has had (pod status).

@@ -73,7 +73,8 @@ type DriverMetrics struct {
 	HealthEvents *metrics.CounterVec
 
 	mu         sync.Mutex
-	kindsShown map[string]bool // kinds AllocatedDevices was ever set for
+	kindsShown map[string]bool   // kinds AllocatedDevices was ever set for
+	lastXID    map[string]uint64 // by GPU UUID, for LastXID
 }
 
 // NewDriverMetrics creates the driver's metrics, unregistered. nodeName,
@@ -131,6 +132,7 @@ func NewDriverMetrics(nodeName string) *DriverMetrics {
 			StabilityLevel: metrics.ALPHA, ConstLabels: node,
 		}, []string{"uuid", "event", "xid", "ignored"}),
 		kindsShown: map[string]bool{},
+		lastXID:    map[string]uint64{},
 	}
 }
 
@@ -175,8 +177,20 @@ func (m *DriverMetrics) ObserveHealthEvent(e health.Event) {
 	xid := ""
 	if e.Type == health.EventXID {
 		xid = strconv.FormatUint(e.XID, 10)
+		m.mu.Lock()
+		m.lastXID[e.GPUUUID] = e.XID
+		m.mu.Unlock()
 	}
 	m.HealthEvents.WithLabelValues(e.GPUUUID, string(e.Type), xid, strconv.FormatBool(e.Ignored)).Inc()
+}
+
+// LastXID implements XIDSource: the GPU's last XID event, ignored or not,
+// since the plugin started.
+func (m *DriverMetrics) LastXID(uuid string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	xid, ok := m.lastXID[uuid]
+	return xid, ok
 }
 
 // Allocations are the figures of the prepared claims that DriverMetrics

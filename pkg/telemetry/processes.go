@@ -80,12 +80,20 @@ type procUse struct {
 	sm, mem float64 // percent
 }
 
-// containerUse sums the processes of one holder on a device.
+// containerUse sums the processes of one holder on a device. smKnown and
+// memKnown say whether sm and mem are measurements (NVML sampled them, or
+// the holder runs nothing).
 type containerUse struct {
-	holder    Holder
-	processes int
-	memory    uint64
-	sm, mem   float64
+	holder            Holder
+	processes         int
+	memory            uint64
+	sm, mem           float64
+	smKnown, memKnown bool
+}
+
+// useKey identifies a holder's use of one device.
+func useKey(h Holder) string {
+	return h.Namespace + "/" + h.Pod + "/" + h.Container + "/" + h.Claim + "/" + h.Device
 }
 
 // beginProcesses starts the process part of a scrape; endProcesses ends it.
@@ -110,14 +118,15 @@ func (c *Collector) endProcesses() {
 	}
 }
 
-// collectProcesses emits the per-container readings of device d.
-func (c *Collector) collectProcesses(ch chan<- metrics.Metric, d nvmlDevice, holders []Holder) {
+// collectProcesses emits the per-container readings of device d and
+// returns them by useKey.
+func (c *Collector) collectProcesses(ch chan<- metrics.Metric, d nvmlDevice, holders []Holder) map[string]*containerUse {
 	c.procs.seenDevices[d.uuid] = true
 	procs, smOK, memOK := c.deviceProcesses(d)
 	uses := map[string]*containerUse{}
 	var order []string
 	use := func(h Holder) *containerUse {
-		key := h.Namespace + "/" + h.Pod + "/" + h.Container + "/" + h.Claim + "/" + h.Device
+		key := useKey(h)
 		u := uses[key]
 		if u == nil {
 			u = &containerUse{holder: h}
@@ -154,13 +163,17 @@ func (c *Collector) collectProcesses(ch chan<- metrics.Metric, d nvmlDevice, hol
 		ch <- metrics.NewLazyConstMetric(c.procReadings.processes, metrics.GaugeValue, float64(u.processes), labels...)
 		ch <- metrics.NewLazyConstMetric(c.procReadings.memUsed, metrics.GaugeValue, float64(u.memory), labels...)
 		// Without processes nothing ran: 0 is a measurement, not a guess.
-		if u.processes == 0 || smOK {
-			ch <- metrics.NewLazyConstMetric(c.procReadings.sm, metrics.GaugeValue, min(u.sm, 100)/100, labels...)
+		u.smKnown = u.processes == 0 || smOK
+		u.memKnown = !d.mig && (u.processes == 0 || memOK)
+		u.sm, u.mem = min(u.sm, 100), min(u.mem, 100)
+		if u.smKnown {
+			ch <- metrics.NewLazyConstMetric(c.procReadings.sm, metrics.GaugeValue, u.sm/100, labels...)
 		}
-		if !d.mig && (u.processes == 0 || memOK) {
-			ch <- metrics.NewLazyConstMetric(c.procReadings.memUtil, metrics.GaugeValue, min(u.mem, 100)/100, labels...)
+		if u.memKnown {
+			ch <- metrics.NewLazyConstMetric(c.procReadings.memUtil, metrics.GaugeValue, u.mem/100, labels...)
 		}
 	}
+	return uses
 }
 
 // deviceProcesses lists the processes on d with their memory and, when
