@@ -29,5 +29,5 @@ gdd_log "running test/e2e"
 E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_NAMESPACE \
 	E2E_KUBELET_DIR=$GDD_STATE_DIR/kubelet E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \
-	./bin/e2e.test -test.v -test.timeout 20m "$@" 2>&1 |
+	./bin/e2e.test -test.v -test.timeout 50m "$@" 2>&1 |
 	grep --line-buffered -vE '^=== (RUN|PAUSE|CONT)' || test "${PIPESTATUS[0]}" -eq 0
