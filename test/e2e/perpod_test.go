@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -40,23 +37,7 @@ func TestPerPodUse(t *testing.T) {
 	}
 	ctx := testContext(t)
 	r := env.runner
-	s, err := scenarios.LoadFile(filepath.Join(env.repoRoot, "demo", "specs", "10-gpu-top.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if err := r.Cleanup(ctx, s); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if err := r.Apply(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Wait(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	s := startDemoSpec(t, ctx, "10-gpu-top.yaml")
 	loads := scenarios.Loads(s)
 	if len(loads) != 2 {
 		t.Fatalf("the scenario declares %d loads, want 2: %+v", len(loads), loads)

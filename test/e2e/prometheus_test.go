@@ -68,23 +68,7 @@ func TestPrometheusDashboards(t *testing.T) {
 	prom := startPrometheus(t, net.JoinHostPort(plugin.Status.PodIP, strconv.Itoa(port)), token)
 
 	// One claim prepared and unprepared before: the unprepare latency panels.
-	first, err := scenarios.LoadFile(filepath.Join(env.repoRoot, "demo", "specs", "01-first-gpu.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if err := r.Cleanup(ctx, first); err != nil {
-			t.Errorf("cleanup 01-first-gpu: %v", err)
-		}
-	})
-	if err := r.Apply(ctx, first); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Wait(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	first := startDemoSpec(t, ctx, "01-first-gpu.yaml")
 	if err := r.Cleanup(ctx, first); err != nil {
 		t.Fatal(err)
 	}
@@ -92,23 +76,7 @@ func TestPrometheusDashboards(t *testing.T) {
 	var loads []scenarios.GPULoad
 	var migPods []string
 	for _, spec := range []string{"10-gpu-top.yaml", "04-mig.yaml"} {
-		s, err := scenarios.LoadFile(filepath.Join(env.repoRoot, "demo", "specs", spec))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			if err := r.Cleanup(ctx, s); err != nil {
-				t.Errorf("cleanup %s: %v", spec, err)
-			}
-		})
-		if err := r.Apply(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Wait(ctx, s); err != nil {
-			t.Fatal(err)
-		}
+		s := startDemoSpec(t, ctx, spec)
 		if spec == "10-gpu-top.yaml" {
 			loads = scenarios.Loads(s)
 		} else {

@@ -27,19 +27,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) {
 			ctx := testContext(t)
 			r := env.runner
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-				defer cancel()
-				if err := r.Cleanup(ctx, s); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-			})
-			if err := r.Apply(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Wait(ctx, s); err != nil {
-				t.Fatal(err)
-			}
+			startScenario(t, ctx, s)
 			reps, err := r.Inspect(ctx, s)
 			if err != nil {
 				t.Fatal(err)
@@ -277,4 +265,34 @@ var scenarioChecks = map[string]func(t *testing.T, p podSet){
 			}
 		}
 	},
+}
+
+// startScenario applies a demo scenario, waits until its pods run, and
+// removes it when the test ends.
+func startScenario(t *testing.T, ctx context.Context, s *scenarios.Scenario) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := env.runner.Cleanup(ctx, s); err != nil {
+			t.Errorf("cleanup %s: %v", s.Name, err)
+		}
+	})
+	if err := env.runner.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.runner.Wait(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startDemoSpec is startScenario for the file demo/specs/<file>.
+func startDemoSpec(t *testing.T, ctx context.Context, file string) *scenarios.Scenario {
+	t.Helper()
+	s, err := scenarios.LoadFile(filepath.Join(env.repoRoot, "demo", "specs", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startScenario(t, ctx, s)
+	return s
 }
