@@ -94,8 +94,9 @@ func TestPolicyBoundToPluginServiceAccount(t *testing.T) {
 	vaps, err := env.cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + env.release,
 	})
-	if err != nil || len(vaps.Items) != 2 {
-		t.Fatalf("want the two ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
+	// The slice writes, the MPS daemon pods and the heartbeat Leases.
+	if err != nil || len(vaps.Items) != 3 {
+		t.Fatalf("want the three ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
 	}
 	user := "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName
 	for _, vap := range vaps.Items {
