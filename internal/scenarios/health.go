@@ -162,7 +162,9 @@ func (r *Runner) Health(ctx context.Context, node string, xid int, recoverWithin
 			return false, err
 		}
 		res.Devices = total
-		if len(taints[res.GPU]) == 0 {
+		// The victim's share is published (it is prepared); the GPU's other
+		// devices that its shares make unallocatable are withdrawn.
+		if len(taints[res.Share]) == 0 {
 			return false, nil
 		}
 		res.TaintAfter = time.Since(start)
@@ -311,8 +313,8 @@ func (h *HealthResult) Problems() []string {
 	if len(h.Taints) == 0 {
 		out = append(out, "no taint on the GPU")
 	}
-	if h.TaintedDevices < 3 {
-		out = append(out, fmt.Sprintf("only %d devices of %s tainted, want the GPU, its shares and MIG placements", h.TaintedDevices, h.GPU))
+	if h.TaintedDevices < h.Devices {
+		out = append(out, fmt.Sprintf("only %d of the %d published devices of %s tainted, want every one", h.TaintedDevices, h.Devices, h.GPU))
 	}
 	if !h.ProbePending {
 		out = append(out, "a new claim for a share of the tainted GPU was allocated")

@@ -26,7 +26,7 @@ func TestHealthXID79(t *testing.T) {
 	if h.TaintAfter > 5*time.Second {
 		t.Errorf("the taint appeared %s after the event, want within 5s", h.TaintAfter)
 	}
-	want := fmt.Sprintf("%s: %s=XID79-reboot-required:NoExecute", h.GPU, scenarios.HealthTaintKey)
+	want := fmt.Sprintf("%s: %s=XID79-reboot-required:NoExecute", h.Share, scenarios.HealthTaintKey)
 	if len(h.Taints) == 0 || !contains(h.Taints, want) {
 		t.Errorf("taints %v, want %q", h.Taints, want)
 	}
@@ -78,7 +78,7 @@ func contains(lines []string, s string) bool {
 // GPU. NoSchedule evicts nobody, so the eviction checks of Problems do not apply.
 func TestHealthXID48ResetRequired(t *testing.T) {
 	h, r := runHealth(t, 48)
-	want := fmt.Sprintf("%s: %s=XID48-reset-required:NoSchedule", h.GPU, scenarios.HealthTaintKey)
+	want := fmt.Sprintf("%s: %s=XID48-reset-required:NoSchedule", h.Share, scenarios.HealthTaintKey)
 	if !contains(h.Taints, want) {
 		t.Errorf("taints %v, want %q", h.Taints, want)
 	}
