@@ -146,13 +146,14 @@ func TestMigrationDevicePluginNames(t *testing.T) {
 	// extended-resource cache drops a name that one class loses while
 	// another takes it): off the whole-GPU class, then onto the share class;
 	// at the end off the share class (this cleanup runs before
-	// saveRelease's), then back onto the whole-GPU class.
-	upgradeRelease(t, ctx, "--set", "extendedResourceName=", "--set", "extendedResources.timeslice=null",
+	// saveRelease's), then back onto the whole-GPU class. Empty strings, not
+	// null: with --reuse-values, helm keeps a value set to null.
+	upgradeRelease(t, ctx, "--set", "extendedResourceName=", "--set", "extendedResources.timeslice=",
 		"--set", "extendedResources.migProfiles=null")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		upgradeRelease(t, ctx, "--set", "extendedResources.timeslice=null")
+		upgradeRelease(t, ctx, "--set", "extendedResources.timeslice=")
 	})
 	upgradeRelease(t, ctx, "--set", "extendedResources.timeslice="+vocabulary.ResourceGPU)
 	ns2 := newNamespace(t, ctx, "e2e-migration-shared")
