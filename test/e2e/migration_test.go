@@ -154,6 +154,10 @@ func TestMigrationDevicePluginNames(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		upgradeRelease(t, ctx, "--set", "extendedResources.timeslice=")
+		dc, err := env.cluster.Client.ResourceV1().DeviceClasses().Get(ctx, "timeslice."+driverName, metav1.GetOptions{})
+		if err != nil || dc.Spec.ExtendedResourceName != nil {
+			t.Errorf("the share class still has an extended resource name before the whole-GPU class gets it back (one-step move): %v %v", err, dc.Spec.ExtendedResourceName)
+		}
 	})
 	upgradeRelease(t, ctx, "--set", "extendedResources.timeslice="+vocabulary.ResourceGPU)
 	ns2 := newNamespace(t, ctx, "e2e-migration-shared")
