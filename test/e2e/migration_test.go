@@ -155,8 +155,11 @@ func TestMigrationDevicePluginNames(t *testing.T) {
 		defer cancel()
 		upgradeRelease(t, ctx, "--set", "extendedResources.timeslice=")
 		dc, err := env.cluster.Client.ResourceV1().DeviceClasses().Get(ctx, "timeslice."+driverName, metav1.GetOptions{})
-		if err != nil || dc.Spec.ExtendedResourceName != nil {
-			t.Errorf("the share class still has an extended resource name before the whole-GPU class gets it back (one-step move): %v %v", err, dc.Spec.ExtendedResourceName)
+		switch {
+		case err != nil:
+			t.Error(err)
+		case dc.Spec.ExtendedResourceName != nil:
+			t.Errorf("the share class still has extended resource name %s before the whole-GPU class gets it back (a one-step move)", *dc.Spec.ExtendedResourceName)
 		}
 	})
 	upgradeRelease(t, ctx, "--set", "extendedResources.timeslice="+vocabulary.ResourceGPU)
