@@ -212,8 +212,14 @@ func (c *Collector) dcgmDeviceValues(d nvmlDevice) dcgmValues {
 		v[dcgm.XIDErrors] = float64(xid)
 	}
 	now := c.dcgm.now()
-	for name, field := range map[string]uint32{dcgm.NVLinkTxBytes: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, dcgm.NVLinkRxBytes: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX} {
-		bytes, ok := nvlinkBytes(field)(h)
+	// A fixed order (not a map's) keeps each counter's readings evenly
+	// spaced among the scrape's NVML calls.
+	for _, f := range []struct {
+		name  string
+		field uint32
+	}{{dcgm.NVLinkTxBytes, nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX}, {dcgm.NVLinkRxBytes, nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX}} {
+		name := f.name
+		bytes, ok := nvlinkBytes(f.field)(h)
 		if !ok {
 			continue
 		}
