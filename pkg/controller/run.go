@@ -292,7 +292,8 @@ func leaderElector(client kubernetes.Interface, cfg *Config, lead func(context.C
 }
 
 // runControllers runs the leader-only controllers with their own informers
-// (started only on the leader) until ctx is done.
+// (started only on the leader) until ctx is done. They share one informer
+// of the driver's ResourceSlices, the largest objects they read.
 func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Config, m *metrics.Metrics) error {
 	logger := klog.FromContext(ctx)
 	// The first controller to fail stops the others and the informers.
@@ -330,7 +331,7 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 		run = append(run, c.Run)
 	}
 	if cfg.Outage {
-		c, err := nodeoutage.New(client, nodeoutage.Options{
+		c, err := nodeoutage.New(client, slices, nodeoutage.Options{
 			DriverName: cfg.DriverName, Namespace: cfg.Namespace, Metrics: m,
 			GracePeriod: cfg.OutageGracePeriod, NoExecuteAfter: cfg.OutageNoExecuteAfter,
 		})

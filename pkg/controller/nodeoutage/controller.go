@@ -16,6 +16,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -65,6 +66,9 @@ type Controller struct {
 	opts    Options
 	metrics *metrics.Metrics
 	queue   workqueue.TypedRateLimitingInterface[string]
+	// sliceInformer is the controller's shared one (pkg/controller):
+	// the slices are cached once in the process.
+	sliceInformer cache.SharedIndexInformer
 
 	leases, nodes, slices, rules cache.Indexer
 
@@ -84,11 +88,14 @@ type observation struct {
 // eventSource is the reporting controller of the Node events.
 const eventSource = "gpu-dra-controller"
 
-// poolIndex indexes slices by pool name: the node name (pkg/devicemodel).
-const poolIndex = "pool"
+// poolIndex indexes the driver's slices by pool name: the node name
+// (pkg/devicemodel).
+const poolIndex = "gpu-dra-controller-outage-pool"
 
-// New checks opts; nothing runs before Run.
-func New(client kubernetes.Interface, opts Options) (*Controller, error) {
+// New checks opts and indexes the slices; nothing runs before Run. The
+// slice informer may be shared (and filtered to the driver); it must not
+// have been started, and whoever owns it starts it.
+func New(client kubernetes.Interface, sliceInformer resourceinformers.ResourceSliceInformer, opts Options) (*Controller, error) {
 	switch {
 	case opts.DriverName == "":
 		return nil, errors.New("node outage: no driver name")
@@ -105,12 +112,25 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Controller{
+	c := &Controller{
 		client: client, opts: opts, metrics: metrics.OrNew(opts.Metrics),
 		seen: map[string]observation{}, tainted: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu_dra_node_outage"}),
-	}, nil
+		sliceInformer: sliceInformer.Informer(),
+	}
+	c.slices = c.sliceInformer.GetIndexer()
+	if _, exists := c.slices.GetIndexers()[poolIndex]; !exists {
+		if err := c.sliceInformer.AddIndexers(cache.Indexers{poolIndex: func(obj any) ([]string, error) {
+			if pool := c.slicePool(obj); pool != "" {
+				return []string{pool}, nil
+			}
+			return nil, nil
+		}}); err != nil {
+			return nil, fmt.Errorf("node outage: index ResourceSlices by pool: %w", err)
+		}
+	}
+	return c, nil
 }
 
 // Run waits until the API server serves DeviceTaintRules, then reconciles
@@ -205,8 +225,10 @@ func Served(client kubernetes.Interface) (bool, error) {
 	return false, nil
 }
 
-// informers watches the heartbeat Leases, the nodes (names only), the
-// driver's slices and the managed rules; every change queues its node.
+// informers watches the heartbeat Leases, the nodes (names only) and the
+// managed rules, and handles the driver's slices from the shared informer;
+// every change queues its node. Only the returned factories are its own to
+// start.
 func (c *Controller) informers() ([]informers.SharedInformerFactory, []cache.InformerSynced, error) {
 	byLabel := func(label string) informers.SharedInformerOption {
 		return informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label + "=true" })
@@ -214,21 +236,12 @@ func (c *Controller) informers() ([]informers.SharedInformerFactory, []cache.Inf
 	leaseFactory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithNamespace(c.opts.Namespace), byLabel(vocabulary.LabelHeartbeat))
 	ruleFactory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, byLabel(vocabulary.LabelOutage))
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(nodeName))
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = resourceapi.ResourceSliceSelectorDriver + "=" + c.opts.DriverName
-	}))
 	leases := leaseFactory.Coordination().V1().Leases().Informer()
 	rules := ruleFactory.Resource().V1().DeviceTaintRules().Informer()
 	nodes := nodeFactory.Core().V1().Nodes().Informer()
-	slices := sliceFactory.Resource().V1().ResourceSlices().Informer()
-	if err := slices.AddIndexers(cache.Indexers{poolIndex: func(obj any) ([]string, error) {
-		return []string{obj.(*resourceapi.ResourceSlice).Spec.Pool.Name}, nil
-	}}); err != nil {
-		return nil, nil, err
-	}
 	var synced []cache.InformerSynced
 	for inf, key := range map[cache.SharedIndexInformer]func(any) string{
-		leases: leaseNode, rules: ruleNode, nodes: objectName, slices: slicePool,
+		leases: leaseNode, rules: ruleNode, nodes: objectName, c.sliceInformer: c.slicePool,
 	} {
 		reg, err := inf.AddEventHandler(c.enqueue(key))
 		if err != nil {
@@ -236,8 +249,8 @@ func (c *Controller) informers() ([]informers.SharedInformerFactory, []cache.Inf
 		}
 		synced = append(synced, reg.HasSynced)
 	}
-	c.leases, c.rules, c.nodes, c.slices = leases.GetIndexer(), rules.GetIndexer(), nodes.GetIndexer(), slices.GetIndexer()
-	return []informers.SharedInformerFactory{leaseFactory, ruleFactory, nodeFactory, sliceFactory}, synced, nil
+	c.leases, c.rules, c.nodes = leases.GetIndexer(), rules.GetIndexer(), nodes.GetIndexer()
+	return []informers.SharedInformerFactory{leaseFactory, ruleFactory, nodeFactory}, synced, nil
 }
 
 func (c *Controller) enqueue(key func(any) string) cache.ResourceEventHandler {
@@ -276,8 +289,10 @@ func objectName(obj any) string {
 	return ""
 }
 
-func slicePool(obj any) string {
-	if s, ok := obj.(*resourceapi.ResourceSlice); ok {
+// slicePool is "" for another driver's slice too: a shared informer need
+// not be filtered to the driver.
+func (c *Controller) slicePool(obj any) string {
+	if s, ok := obj.(*resourceapi.ResourceSlice); ok && s.Spec.Driver == c.opts.DriverName {
 		return s.Spec.Pool.Name
 	}
 	return ""

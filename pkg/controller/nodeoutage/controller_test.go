@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	k8smetrics "k8s.io/component-base/metrics"
@@ -40,6 +41,14 @@ func sliceObj() *resourceapi.ResourceSlice {
 		Spec: resourceapi.ResourceSliceSpec{Driver: vocabulary.DriverName, NodeName: ptr.To(node),
 			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
 	}
+}
+
+// otherDriverSlice is in the node's pool of another driver: the shared
+// slice informer need not be filtered to the driver, so it must not count.
+func otherDriverSlice() *resourceapi.ResourceSlice {
+	s := sliceObj()
+	s.Name, s.Spec.Driver = node+"-other.example.com-fghij", "other.example.com"
+	return s
 }
 
 // leaseObj was renewed at renewed (the plugin's clock, which the
@@ -72,6 +81,14 @@ func served(client *fake.Clientset, yes bool) {
 	client.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{list}
 }
 
+// driverSlices is a factory for the driver's slices, as pkg/controller
+// shares one among its controllers.
+func driverSlices(client *fake.Clientset) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = resourceapi.ResourceSliceSelectorDriver + "=" + vocabulary.DriverName
+	}))
+}
+
 type fixture struct {
 	t      *testing.T
 	client *fake.Clientset
@@ -95,7 +112,8 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = grace
 	}
-	c, err := New(client, opts)
+	sliceFactory := driverSlices(client)
+	c, err := New(client, sliceFactory.Resource().V1().ResourceSlices(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +122,7 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	factories = append(factories, sliceFactory)
 	t.Cleanup(func() { // the informers stop only once ctx is canceled
 		cancel()
 		for _, f := range factories {
@@ -243,6 +262,13 @@ func TestSync(t *testing.T) {
 				{advance: grace + time.Second},
 			},
 		},
+		"plugin removed, another driver's slice in the pool: cleaned up": {
+			objs: []runtime.Object{nodeObj(), otherDriverSlice(), leaseObj(skewed), ruleObj(resourceapi.DeviceTaintEffectNoSchedule)},
+			steps: []step{
+				{wantLease: true},
+				{advance: grace + time.Second},
+			},
+		},
 		"no Lease: a leftover rule is deleted": {
 			objs:  []runtime.Object{nodeObj(), sliceObj(), ruleObj(resourceapi.DeviceTaintEffectNoExecute)},
 			steps: []step{{}},
@@ -327,7 +353,8 @@ func TestRunWithoutTheAPI(t *testing.T) {
 	reg := k8smetrics.NewKubeRegistry()
 	m := metrics.New()
 	m.MustRegister(reg)
-	c, err := New(client, Options{DriverName: vocabulary.DriverName, Namespace: ns, GracePeriod: time.Second,
+	sliceFactory := driverSlices(client)
+	c, err := New(client, sliceFactory.Resource().V1().ResourceSlices(), Options{DriverName: vocabulary.DriverName, Namespace: ns, GracePeriod: time.Second,
 		DiscoveryInterval: 50 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
@@ -341,6 +368,8 @@ func TestRunWithoutTheAPI(t *testing.T) {
 	}
 	served(client, false)
 	ctx, cancel := context.WithCancel(context.Background())
+	sliceFactory.Start(ctx.Done()) // as pkg/controller starts it: before Run
+	defer sliceFactory.Shutdown()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 1) }()
 	time.Sleep(3 * time.Second) // the Lease lapses: nothing may happen
@@ -384,7 +413,8 @@ func TestNewRejects(t *testing.T) {
 		"NoExecute before NoSched": {Options{DriverName: "d", Namespace: ns, GracePeriod: grace, NoExecuteAfter: time.Second}, "at least the grace period"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := New(fake.NewClientset(), tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			client := fake.NewClientset()
+			if _, err := New(client, driverSlices(client).Resource().V1().ResourceSlices(), tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New: %v, want an error naming %q", err, tc.want)
 			}
 		})
