@@ -2,50 +2,40 @@ package node
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
-	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/handover"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
+
+// withHeartbeat renews the heartbeat Lease every probePeriod as pod
+// plugin-xyz.
+func withHeartbeat(cfg *nodeplugin.Config) {
+	cfg.PodNamespace, cfg.PodName = "gpu-dra-driver", "plugin-xyz"
+	cfg.HeartbeatPeriod = probePeriod
+}
 
 // The plugin renews its heartbeat Lease only while its serving path
 // answers: renewals stop while NVML hangs (POST /simulate/event?hang=true)
 // and resume when it answers again; they stop for good when the DRA socket
 // no longer answers. This is what dra-controller's outage taint relies on.
 func TestHeartbeatFollowsServing(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dirs, _, claims, _ := setup(t, map[string]int64{"held": 1})
-	cfg := dirs.Config(machine, nodeName)
-	client := apiserver.NodeClient(nodeName, claims["held"])
-	cfg.KubeClient = client
-	cfg.MetricsAddress = freeAddress(t) // for /simulate/event
-	cfg.PodNamespace, cfg.PodName = "gpu-dra-driver", "plugin-xyz"
-	// Checks must answer within the timeout on a loaded machine; only a
-	// hung one reaches it.
-	const period = time.Second
-	cfg.ProbePeriod, cfg.ProbeTimeout, cfg.HeartbeatPeriod = period, 500*time.Millisecond, period
-	p, err := inprocess.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	defer func() {
-		if !released { // a hung NVML would hang the plugin's shutdown
-			injectEvent(t, cfg.MetricsAddress, "hang=false")
-		}
-		_ = p.Stop()
-	}()
+	p := startProbed(t, withHeartbeat)
+	cfg, client := p.cfg, p.client
+	const period = probePeriod
 
 	renewTime := func() time.Time {
-		l, err := client.CoordinationV1().Leases(cfg.PodNamespace).Get(ctx, vocabulary.HeartbeatLeaseName(nodeName), metav1.GetOptions{})
+		l, err := client.CoordinationV1().Leases(cfg.PodNamespace).Get(context.Background(), vocabulary.HeartbeatLeaseName(nodeName), metav1.GetOptions{})
 		if err != nil || l.Spec.RenewTime == nil {
 			return time.Time{}
 		}
@@ -70,10 +60,9 @@ func TestHeartbeatFollowsServing(t *testing.T) {
 	renewing(renewTime(), "heartbeat Lease renewed")
 	checkHolder(t, client, cfg.PodNamespace)
 
-	injectEvent(t, cfg.MetricsAddress, "hang=true")
+	p.hang(t, true)
 	quiet("NVML hung")
-	injectEvent(t, cfg.MetricsAddress, "hang=false")
-	released = true
+	p.hang(t, false)
 	renewing(renewTime(), "renewed after NVML answers again")
 
 	// A DRA socket the kubelet can no longer reach: the plugin does not serve.
@@ -81,6 +70,51 @@ func TestHeartbeatFollowsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet("DRA socket gone")
+}
+
+// A rolling update's new instance registers and passes its probe checks
+// while the old one still owns the node, but it serves nothing yet: it must
+// not renew the heartbeat Lease (dra-controller would read a heartbeat of
+// an instance that does not serve). Once the old one hands the node over,
+// it renews.
+func TestHeartbeatWaitsToOwnTheNode(t *testing.T) {
+	var old *handover.Lock
+	p := startProbed(t, func(cfg *nodeplugin.Config) {
+		withHeartbeat(cfg)
+		cfg.PodUID = "ne000000-0000-0000-0000-000000000002"
+		cfg.ProbeAddress = freeAddress(t)
+		// The old instance owns the node.
+		var err error
+		old, err = handover.Acquire(context.Background(), cfg.PluginDataDir, handover.Owner{PodName: "plugin-old"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	cfg, client := p.cfg, p.client
+	ctx := context.Background()
+	defer old.Release(ctx)
+
+	eventually(t, 10*time.Second, "new instance ready while it waits", func() bool {
+		code, _ := probeGet(t, cfg.ProbeAddress, "/readyz")
+		return code == http.StatusOK
+	})
+	time.Sleep(4 * probePeriod) // several heartbeat rounds with passing checks
+	switch l, err := client.CoordinationV1().Leases(cfg.PodNamespace).Get(ctx, vocabulary.HeartbeatLeaseName(nodeName), metav1.GetOptions{}); {
+	case err == nil:
+		t.Fatalf("the waiting instance wrote the heartbeat Lease: holder %q, renewed %v", ptr.Deref(l.Spec.HolderIdentity, ""), l.Spec.RenewTime)
+	case !apierrors.IsNotFound(err):
+		t.Fatal(err)
+	}
+	if o, err := handover.ReadOwner(cfg.PluginDataDir); err != nil || o.PodName != "plugin-old" {
+		t.Fatalf("owner while the new instance waits = %+v, %v; want plugin-old", o, err)
+	}
+
+	old.Release(ctx)
+	eventually(t, 5*probePeriod+10*time.Second, "heartbeat Lease once the instance owns the node", func() bool {
+		_, err := client.CoordinationV1().Leases(cfg.PodNamespace).Get(ctx, vocabulary.HeartbeatLeaseName(nodeName), metav1.GetOptions{})
+		return err == nil
+	})
+	checkHolder(t, client, cfg.PodNamespace)
 }
 
 func checkHolder(t *testing.T, client *fake.Clientset, ns string) {

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
-	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 // probeGet returns the status and body of GET path?verbose on the probe address.
@@ -33,28 +32,13 @@ func probeGet(t *testing.T, addr, path string) (int, string) {
 // that no longer answers fails them too. A claim prepared before the hang
 // is still prepared after it.
 func TestProbes(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dirs, _, claims, _ := setup(t, map[string]int64{"held": 1})
-	cfg := dirs.Config(machine, nodeName)
-	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["held"])
-	cfg.MetricsAddress = freeAddress(t)
-	cfg.ProbeAddress = freeAddress(t)
-	// A healthy check must answer within the timeout on a loaded machine
-	// (CI runs this beside other tests on 2 cores): only a hung one reaches it.
-	const period, threshold = time.Second, 3
-	cfg.ProbePeriod, cfg.ProbeTimeout, cfg.LivenessFailureThreshold = period, 500*time.Millisecond, threshold
-	p, err := inprocess.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	defer func() {
-		if !released { // a hung NVML would hang the plugin's shutdown
-			injectEvent(t, cfg.MetricsAddress, "hang=false")
-		}
-		_ = p.Stop()
-	}()
+	ctx := context.Background()
+	const period, threshold = probePeriod, 3
+	p := startProbed(t, func(cfg *nodeplugin.Config) {
+		cfg.ProbeAddress = freeAddress(t)
+		cfg.LivenessFailureThreshold = threshold
+	})
+	cfg, claims := p.cfg, p.claims
 	before, err := p.Kubelet.PrepareOne(ctx, claims["held"])
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +56,7 @@ func TestProbes(t *testing.T) {
 		t.Fatal("not live while healthy")
 	}
 
-	injectEvent(t, cfg.MetricsAddress, "hang=true")
+	p.hang(t, true)
 	start := time.Now()
 	took := eventually(t, 2*period+time.Second, "not ready with NVML hung", func() bool { return !ready() })
 	_, body := probeGet(t, cfg.ProbeAddress, "/readyz")
@@ -95,8 +79,7 @@ func TestProbes(t *testing.T) {
 		t.Errorf("/livez does not name nvml:\n%s", body)
 	}
 
-	injectEvent(t, cfg.MetricsAddress, "hang=false")
-	released = true
+	p.hang(t, false)
 	eventually(t, 2*period+time.Second, "ready after release", func() bool { return ready() && live() })
 	after, err := p.Kubelet.PrepareOne(ctx, claims["held"])
 	if err != nil {
