@@ -43,14 +43,9 @@ func TestPrometheusDashboards(t *testing.T) {
 	r := env.runner
 
 	old := pluginPod(t, ctx)
-	helm(t, ctx, "upgrade", env.release, chartDir(), "-n", env.namespace, "--reuse-values",
-		"--set", "kubeletPlugin.dcgmMetrics=true", "--wait", "--timeout", "3m")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		helm(t, ctx, "upgrade", env.release, chartDir(), "-n", env.namespace, "--reuse-values",
-			"--set", "kubeletPlugin.dcgmMetrics=false", "--wait", "--timeout", "3m")
-	})
+	saveRelease(t, ctx)
+	// The plugin rolls: its timeout (the last --timeout wins).
+	upgradeRelease(t, ctx, "--set", "kubeletPlugin.dcgmMetrics=true", "--timeout", "3m")
 	waitNewPluginPod(t, ctx, old.UID)
 	plugin := pluginPod(t, ctx)
 	port := scenarios.DefaultMetricsPort
