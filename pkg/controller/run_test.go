@@ -134,15 +134,13 @@ func TestRun(t *testing.T) {
 	}
 
 	// The webhook, over TLS, trusted through the bundle patched into the
-	// webhook configuration.
-	vwc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "gpu-dra-driver-webhook", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// webhook configuration. The controller serves before it patches the
+	// bundle (certs.Manager.Reconcile), so wait for the bundle.
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle) {
-		t.Fatal("no CA bundle in the webhook configuration")
-	}
+	poll(t, "CA bundle in the webhook configuration", func() bool {
+		vwc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "gpu-dra-driver-webhook", metav1.GetOptions{})
+		return err == nil && pool.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle)
+	})
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, ServerName: "gpu-dra-controller." + ns + ".svc", MinVersion: tls.VersionTLS12,
 	}}}
