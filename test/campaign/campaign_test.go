@@ -85,6 +85,7 @@ func TestCampaign(t *testing.T) {
 	for r.ops < ops {
 		r.step()
 	}
+	r.cover()
 	r.finish()
 	r.report()
 }
@@ -109,6 +110,12 @@ type run struct {
 	child *childproc.Child
 	// armed is the fault point the running plugin dies at ("": none).
 	armed string
+	// points are the fault points to arm (the driver's; a test may give
+	// others); armCursor is where armPoint's round goes on; force, when
+	// set, is what the next start arms (cover).
+	points    []string
+	armCursor int
+	force     string
 	// lost are the GPUs lost now; unpublished those lost when the running
 	// plugin started (it does not publish their devices).
 	lost, unpublished map[int]bool
@@ -154,7 +161,7 @@ func newRun(t *testing.T, seed uint64, bugs map[string]bool) *run {
 	r := &run{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), bugs: bugs, dirs: dirs,
 		cluster: at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName)),
-		claims:  map[string]*claim{}, lost: map[int]bool{}, unpublished: map[int]bool{}, nvmlArmed: map[int]bool{},
+		points:  faultPoints(), claims: map[string]*claim{}, lost: map[int]bool{}, unpublished: map[int]bool{}, nvmlArmed: map[int]bool{},
 		hits: map[string]int{}, kinds: map[string]int{}, seen: map[string]bool{},
 	}
 	for _, g := range node.GPUs {
@@ -203,19 +210,11 @@ func (r *run) start() {
 		r.restoreOffline()
 	}
 	r.armed = ""
-	if !r.calm && r.rng.IntN(2) == 0 {
-		// Points not hit yet first, so a long run visits them all.
-		pts := faultPoints()
-		var unhit []string
-		for _, p := range pts {
-			if r.hits[p] == 0 {
-				unhit = append(unhit, p)
-			}
-		}
-		if len(unhit) > 0 {
-			pts = unhit
-		}
-		r.armed = pts[r.rng.IntN(len(pts))]
+	switch {
+	case r.force != "":
+		r.armed, r.force = r.force, ""
+	case !r.calm && r.rng.IntN(2) == 0:
+		r.armed = r.armPoint()
 	}
 	if r.bugs[bugKillInRecovery] && r.rng.IntN(6) == 0 {
 		r.fault("kill-at-startup", "")

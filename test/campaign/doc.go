@@ -27,14 +27,21 @@
 // kubelet retries or unprepares), or pending unprepare (retried until it
 // succeeds). A successful unprepare releases the claim's allocation.
 //
-//   - SIGKILL at a driver fault point (each plugin start is armed with one
-//     at random, points not hit yet first; every prepare and unprepare
-//     point must be hit in a run of 500 operations or more, recovery's
-//     fire only when the node's state calls for them and are counted), at
-//     a random moment during calls, and in the middle of start-up
-//     recovery: calls cut off may fail; after the restart no claim is left
-//     half done, every prepared claim is still completed with its spec,
-//     and the retries succeed.
+//   - SIGKILL at a driver fault point, at a random moment during calls,
+//     and in the middle of start-up recovery: calls cut off may fail;
+//     after the restart no claim is left half done, every prepared claim
+//     is still completed with its spec, and the retries succeed. Every
+//     prepare and unprepare point must be hit in every run, whatever the
+//     seed: half the plugin starts are armed, while a call point is unhit
+//     with the next unhit one in turn (one whose plugin was killed or
+//     restarted for another fault before a call reached it comes round
+//     again), and the operations then mostly make the call that passes it.
+//     A point still unhit when the operations are done is armed again, up
+//     to three times, with that call made at once; a point no call passes
+//     fails the run (TestCoverageRuleFailsOnUnreachablePoint). Recovery's
+//     points fire only when the node's state calls for them: they are
+//     armed once the call points are hit, and counted, not required
+//     (test/crash kills at each of them deterministically).
 //   - A deleted, corrupt or truncated checkpoint (while the plugin is
 //     down): the plugin rebuilds the prepared claims from their CDI specs;
 //     nothing prepared is lost and nothing leaks.
@@ -73,8 +80,9 @@
 // MIG instance but the static one.
 //
 // Each violation is reported once, with the op index and the faults since
-// the last restart; the last line is `campaign: N operations, F faults, V
-// invariant violations` and the test fails if V > 0.
+// the last restart; the summary line is `campaign: N operations, F faults,
+// V invariant violations`, followed by the kills at each fault point, and
+// the test fails if V > 0 or a call point was never hit.
 //
 // # Open bugs
 //
