@@ -40,6 +40,11 @@ import (
 // Namespace is Kueue's own namespace (its configuration's namespace).
 const Namespace = "kueue-system"
 
+// metricsCertDir is where Kueue v0.17.0 reads its metrics server's
+// certificate when internalCertManagement is off: cmd/kueue/main.go
+// hard-codes it and exits when the files are missing, even with metrics off.
+const metricsCertDir = "/etc/kueue/metrics/certs"
+
 // Options say where Kueue is and how to run it.
 type Options struct {
 	// Dir is hack/kueue/build.sh's cache directory: bin/kueue and config/
@@ -95,14 +100,10 @@ func Start(ctx context.Context, c *scenarios.Cluster, o Options) (*Manager, erro
 		return nil, fmt.Errorf("webhook certificate: %w", err)
 	}
 	certDir := filepath.Join(o.WorkDir, "certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), certPEM, 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600); err != nil {
-		return nil, err
+	for _, dir := range []string{certDir, metricsCertDir} {
+		if err := writeKeyPair(dir, certPEM, keyPEM); err != nil {
+			return nil, err
+		}
 	}
 	cfgFile := filepath.Join(o.WorkDir, "config.json")
 	cfg, err := configuration(o, certDir)
@@ -150,6 +151,17 @@ func Start(ctx context.Context, c *scenarios.Cluster, o Options) (*Manager, erro
 		return m, errors.Join(fmt.Errorf("%w (log %s)", err, m.Log), m.Stop(ctx))
 	}
 	return m, nil
+}
+
+// writeKeyPair writes tls.crt and tls.key, controller-runtime's names.
+func writeKeyPair(dir string, certPEM, keyPEM []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "tls.key"), keyPEM, 0o600)
 }
 
 // configuration renders Kueue's Configuration (config.kueue.x-k8s.io/v1beta2).
@@ -284,6 +296,11 @@ func (m *Manager) Stop(ctx context.Context) error {
 	case <-time.After(30 * time.Second):
 		_ = m.cmd.Process.Kill()
 		<-m.exited
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.Remove(filepath.Join(metricsCertDir, f)); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
