@@ -65,7 +65,7 @@ func RunDemo(ctx context.Context, c *scenarios.Cluster, d Demo) (res Result, err
 	}()
 	t := &Team{
 		C: c, Driver: d.Driver, Namespace: "demo-kueue", Queue: "team-a", Quota: res.Quota, Costs: res.Costs,
-		ShortJob: 20 * time.Second, Image: d.Image, Timeout: d.Timeout, Logf: d.Logf,
+		ShortJob: 30 * time.Second, Image: d.Image, Timeout: d.Timeout, Logf: d.Logf,
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*d.Timeout)

@@ -155,7 +155,7 @@ func (t *Team) gpuGang(ctx context.Context) (Step, error) {
 		}
 		return nil
 	}
-	return s, t.queueAndFree(ctx, &s, holder, waiter, "nvidia.com/gpu", gang)
+	return s, t.queueAndFree(ctx, &s, holder, waiter, []string{"nvidia.com/gpu"}, gang)
 }
 
 // mig: a job with the cheapest profile holds part of a GPU's worth of MIG
@@ -165,7 +165,8 @@ func (t *Team) mig(ctx context.Context) (Step, error) {
 	s := Step{Name: "mig", Holder: "mig-" + sanitize(small), Waiter: "mig-" + sanitize(big)}
 	holder := job(t.Namespace, s.Holder, t.Queue, 1, t.shortSeconds(), extendedResourcePod(t.Image, vocabulary.MIGResourceName(small), 1))
 	waiter := job(t.Namespace, s.Waiter, t.Queue, 1, 86400, extendedResourcePod(t.Image, vocabulary.MIGResourceName(big), 1))
-	return s, t.queueAndFree(ctx, &s, holder, waiter, ResourceComputeSlices, nil)
+	// Kueue names the first resource it finds short, in map order: either.
+	return s, t.queueAndFree(ctx, &s, holder, waiter, []string{ResourceComputeSlices, ResourceMemorySlices}, nil)
 }
 
 // mps: two pods with an MPS share each hold the quota of shares; a third waits.
@@ -178,7 +179,7 @@ func (t *Team) mps(ctx context.Context) (Step, error) {
 	}
 	holder := job(t.Namespace, s.Holder, t.Queue, int32(t.Quota.MPSShares), t.shortSeconds(), claimPod(t.Image, tmpl.Name))
 	waiter := job(t.Namespace, s.Waiter, t.Queue, 1, 86400, claimPod(t.Image, tmpl.Name))
-	return s, t.queueAndFree(ctx, &s, holder, waiter, ResourceMPSShares, nil)
+	return s, t.queueAndFree(ctx, &s, holder, waiter, []string{ResourceMPSShares}, nil)
 }
 
 // MPSClass is the DeviceClass whose claims Kueue counts as ResourceMPSShares.
@@ -194,9 +195,10 @@ func mpsClassName(driver string) string {
 }
 
 // queueAndFree submits holder, waits until it runs, submits waiter (after
-// before, if set), checks that it waits in the queue for want with no pod, and
-// that it is admitted and all its pods run once holder has finished.
-func (t *Team) queueAndFree(ctx context.Context, s *Step, holder, waiter *batchv1.Job, want string, before func(context.Context) error) error {
+// before, if set), checks that it waits in the queue short of one of want (the
+// quota holder uses) with no pod, and that it is admitted and all its pods run
+// once holder has finished.
+func (t *Team) queueAndFree(ctx context.Context, s *Step, holder, waiter *batchv1.Job, want []string, before func(context.Context) error) error {
 	s.Usage = map[string]map[string]int64{}
 	jobs := t.C.Client.BatchV1().Jobs(t.Namespace)
 	h, err := jobs.Create(ctx, holder, metav1.CreateOptions{})
@@ -218,7 +220,7 @@ func (t *Team) queueAndFree(ctx context.Context, s *Step, holder, waiter *batchv
 	if err != nil {
 		return fmt.Errorf("create Job %s: %w", waiter.Name, err)
 	}
-	if err := t.poll(ctx, "Job "+w.Name+" waits in the queue for "+want, func(ctx context.Context) (bool, error) {
+	if err := t.poll(ctx, fmt.Sprintf("Job %s waits in the queue for %v", w.Name, want), func(ctx context.Context) (bool, error) {
 		wl, err := t.workloadOf(ctx, w)
 		if err != nil || wl == nil {
 			return false, err
@@ -227,7 +229,7 @@ func (t *Team) queueAndFree(ctx context.Context, s *Step, holder, waiter *batchv
 		if status == "True" {
 			return false, fmt.Errorf("Job %s was admitted while %s held the quota", w.Name, h.Name)
 		}
-		if status == "False" && strings.Contains(msg, "insufficient quota for "+want) {
+		if status == "False" && WaitsFor(msg, want...) {
 			s.Reason = msg
 			return true, nil
 		}
@@ -269,6 +271,18 @@ func (t *Team) queueAndFree(ctx context.Context, s *Step, holder, waiter *batchv
 	}
 	t.Logf("%s finished; %s admitted, pods running: %s", h.Name, w.Name, strings.Join(s.WaiterPods, ", "))
 	return nil
+}
+
+// WaitsFor says whether a Workload's QuotaReserved message is Kueue's for a
+// job whose quota is held by others (not one asking more than the quota):
+// "insufficient unused quota for <resource> ..." for one of resources.
+func WaitsFor(message string, resources ...string) bool {
+	for _, r := range resources {
+		if strings.Contains(message, "insufficient unused quota for "+r+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *Team) waitAdmitted(ctx context.Context, s *Step, j *batchv1.Job) error {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // TestKueueTeamQueue runs Kueue (built from its Go module by hack/kueue/build.sh)
 // with a team's ClusterQueue over whole GPUs, MIG devices charged by the
 // counters their profile consumes, and MPS shares. In each part a job over
-// quota waits in the queue, suspended with no pod, with Kueue's "insufficient
+// quota waits in the queue, suspended with no pod, with Kueue's "insufficient unused
 // quota" reason, and is admitted when the job holding the quota finishes; the
 // GPU part's waiter is an in-tree gang (PodGroup minCount 3) whose three pods
 // all start together.
@@ -36,14 +35,18 @@ func TestKueueTeamQueue(t *testing.T) {
 	for _, s := range res.Steps {
 		steps[s.Name] = s
 	}
-	for name, want := range map[string]string{"gpus+gang": "nvidia.com/gpu", "mig": kueue.ResourceComputeSlices, "mps": kueue.ResourceMPSShares} {
+	for name, want := range map[string][]string{
+		"gpus+gang": {"nvidia.com/gpu"},
+		"mig":       {kueue.ResourceComputeSlices, kueue.ResourceMemorySlices},
+		"mps":       {kueue.ResourceMPSShares},
+	} {
 		s, ok := steps[name]
 		if !ok {
 			t.Errorf("no %s step in %+v", name, res.Steps)
 			continue
 		}
-		if !strings.Contains(s.Reason, "insufficient quota for "+want) {
-			t.Errorf("%s: %s waited with %q, want insufficient quota for %s", name, s.Waiter, s.Reason, want)
+		if !kueue.WaitsFor(s.Reason, want...) {
+			t.Errorf("%s: %s waited with %q, want insufficient unused quota for one of %v", name, s.Waiter, s.Reason, want)
 		}
 		if s.Usage[s.Holder] == nil || s.Usage[s.Waiter] == nil {
 			t.Errorf("%s: usage %v lacks %s or %s", name, s.Usage, s.Holder, s.Waiter)
