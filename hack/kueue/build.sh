@@ -48,7 +48,13 @@ rm -rf "$tmp" && mkdir -p "$tmp/config/crds"
 t0=$(date +%s)
 gdd_log "building kueue $GDD_KUEUE_VERSION (cold: many minutes on 2 cores)"
 (
-	while sleep 60; do gdd_log "  ... still building kueue ($(gdd_fmt_duration $(($(date +%s) - t0))))"; done
+	# The trap ends the sleep too, so no child keeps a caller's pipe open.
+	trap 'kill $! 2>/dev/null; exit 0' TERM
+	while :; do
+		sleep 60 &
+		wait $!
+		gdd_log "  ... still building kueue ($(gdd_fmt_duration $(($(date +%s) - t0))))"
+	done
 ) &
 beat=$!
 trap 'kill $beat 2>/dev/null || true' EXIT
