@@ -155,7 +155,21 @@ func (t *Team) gpuGang(ctx context.Context) (Step, error) {
 		}
 		return nil
 	}
-	return s, t.queueAndFree(ctx, &s, holder, waiter, []string{"nvidia.com/gpu"}, gang)
+	if err := t.queueAndFree(ctx, &s, holder, waiter, []string{"nvidia.com/gpu"}, gang); err != nil {
+		return s, err
+	}
+	// Kueue (client-go v0.35, which has no schedulingGroup) patched the Job's
+	// template at admission: the pods must still name their PodGroup.
+	pods, err := t.jobPods(ctx, waiter)
+	if err != nil {
+		return s, err
+	}
+	for _, p := range pods {
+		if g := p.Spec.SchedulingGroup; g == nil || g.PodGroupName == nil || *g.PodGroupName != s.Waiter {
+			return s, fmt.Errorf("pod %s of the gang does not name PodGroup %s: spec.schedulingGroup %+v", p.Name, s.Waiter, g)
+		}
+	}
+	return s, nil
 }
 
 // mig: a job with the cheapest profile holds part of a GPU's worth of MIG
