@@ -104,9 +104,9 @@ func TestTransformationsChargeTheDevicePluginNames(t *testing.T) {
 // The messages are Kueue v0.17.0's (pkg/scheduler/flavorassigner).
 func TestWaitsForTellsHeldQuotaFromTooBig(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gdd-default, 1 more needed": true,
+		"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gdd-default, 1 more needed":                                                                           true,
 		"couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gdd-default, previously considered podsets requests (0) + current podset request (5) > maximum capacity (4)": false,
-		"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu.shared in flavor gdd-default, 1 more needed": false,
+		"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu.shared in flavor gdd-default, 1 more needed":                                                                    false,
 		"": false,
 	} {
 		if got := WaitsFor(msg, "nvidia.com/gpu"); got != want {
