@@ -179,7 +179,7 @@ func (t *Team) mig(ctx context.Context) (Step, error) {
 	s := Step{Name: "mig", Holder: "mig-" + sanitize(small), Waiter: "mig-" + sanitize(big)}
 	holder := job(t.Namespace, s.Holder, t.Queue, 1, t.shortSeconds(), extendedResourcePod(t.Image, vocabulary.MIGResourceName(small), 1))
 	waiter := job(t.Namespace, s.Waiter, t.Queue, 1, 86400, extendedResourcePod(t.Image, vocabulary.MIGResourceName(big), 1))
-	// Kueue names the first resource it finds short, in map order: either.
+	// Kueue names one or both counters (it may stop at the first one short, in map order).
 	return s, t.queueAndFree(ctx, &s, holder, waiter, []string{ResourceComputeSlices, ResourceMemorySlices}, nil)
 }
 
