@@ -9,10 +9,11 @@
 // simulated XID taints the GPU in the ResourceSlice, keeps new claims off it, shows in
 // the pod status, and goes away after the recovery window); after each scenario it
 // checks that kubectl gpu reports the claims' allocations, and at the end it prints
-// the kubectl gpu tables with the last scenario still running. It exits non-zero if
+// the kubectl gpu tables with the last scenario still running. Last, with -kueue-dir,
+// it runs Kueue and shows a team's batch queue (the kueue part). It exits non-zero if
 // any part fails.
 //
-//	go run ./demo [-specs demo/specs] [-run controller,health,03,04] [-keep-last] [-kubeconfig FILE] [-kubectl-gpu bin/kubectl-gpu]
+//	go run ./demo [-specs demo/specs] [-run controller,health,03,04,kueue] [-keep-last] [-kubeconfig FILE] [-kubectl-gpu bin/kubectl-gpu] [-kueue-dir DIR]
 package main
 
 import (
@@ -43,8 +44,10 @@ func main() {
 	kubectlGPU := flag.String("kubectl-gpu", "bin/kubectl-gpu", "kubectl-gpu binary (make build); empty skips the kubectl gpu checks and tables.")
 	xid := flag.Int("health-xid", 79, "XID the health part injects.")
 	recovery := flag.Duration("health-recovery-timeout", 2*time.Minute, "How long the health part waits for the taint to go (the chart's kubeletPlugin.health.recoveryWindow plus the plugin's 5 s probe).")
+	kueueDir := flag.String("kueue-dir", "", "Kueue build (hack/kueue/build.sh --print-dir); empty skips the kueue part unless -run names it.")
+	stateDir := flag.String("state-dir", "/tmp/gdd", "The local cluster's state directory (hack/cluster), where the kueue part keeps Kueue's files.")
 	flag.Parse()
-	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery}
+	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery, kueueDir: *kueueDir, stateDir: *stateDir}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -58,6 +61,8 @@ type options struct {
 	kubectlGPU string
 	xid        int
 	recovery   time.Duration
+	kueueDir   string
+	stateDir   string
 }
 
 type outcome struct {
@@ -79,7 +84,8 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 		}
 	}
 	withController, withHealth := run == "" || matchesAny("controller", run), run == "" || matchesAny("health", run)
-	if len(selected) == 0 && !withController && !withHealth {
+	withKueue := (run == "" && opts.kueueDir != "") || (run != "" && matchesAny("kueue", run))
+	if len(selected) == 0 && !withController && !withHealth && !withKueue {
 		return fmt.Errorf("no scenario matches -run=%s", run)
 	}
 	cluster, err := scenarios.Connect(kubeconfig)
@@ -125,6 +131,10 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 			results[len(results)-1].err = fmt.Errorf("cleanup: %w", err)
 			break
 		}
+	}
+
+	if withKueue {
+		results = append(results, kueuePart(ctx, r, opts))
 	}
 
 	fmt.Println("\n=== Node allocation summary after the demo")

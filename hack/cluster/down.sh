@@ -147,7 +147,7 @@ main() {
 	remove_containers
 	stop 10 containerd
 	remove_leftovers
-	stop 10 kube-scheduler kube-controller-manager kube-apiserver
+	stop 10 kueue kube-scheduler kube-controller-manager kube-apiserver
 	stop 10 etcd
 
 	unmount_all || gdd_die "mounts left under $GDD_STATE_DIR: $(mounts_below | tr '\n' ' '); not removing it"

@@ -2,7 +2,8 @@
 # make demo: builds the driver image (cached Go builds), brings up the local cluster
 # (hack/cluster, built once), installs the Helm chart with simulated DGX H100 GPUs,
 # runs the demo (./demo: dra-controller admission and node labels, device health with a
-# simulated XID, every scenario of demo/specs, kubectl gpu) and tears the cluster down.
+# simulated XID, every scenario of demo/specs, kubectl gpu, a team's batch queue with
+# Kueue built by hack/kueue/build.sh) and tears the cluster down.
 #
 # Usage: hack/demo/demo.sh [demo flags, e.g. -run controller,health,03,04]
 # Environment: KEEP=1 keeps the cluster and the last scenario running (then:
@@ -22,9 +23,12 @@ fi
 # Compile before the cluster starts, so a build error costs no cluster start.
 go build -o bin/demo ./demo
 go build -o bin/ ./cmd/kubectl-gpu
+# Kueue for the kueue part: cached, built once (hack/kueue/build.sh).
+hack/kueue/build.sh
+kueue_dir=$(hack/kueue/build.sh --print-dir)
 demo_up --set logVerbosity=2
 rc=0
-./bin/demo "${args[@]}" || rc=$?
+./bin/demo -kueue-dir "$kueue_dir" -state-dir "$GDD_STATE_DIR" "${args[@]}" || rc=$?
 if [[ ${KEEP:-} == 1 ]]; then
 	gdd_log "KEEP=1: the cluster keeps running. source $GDD_STATE_DIR/env; kubectl get pods -A; hack/cluster/down.sh"
 fi

@@ -22,6 +22,9 @@ on_exit() {
 # Compile the tests before the cluster starts, so a build error costs no cluster start.
 go test -c -o bin/e2e.test ./test/e2e
 go build -o bin/ ./cmd/kubectl-gpu
+# Kueue for TestKueueTeamQueue: cached, built once (hack/kueue/build.sh).
+hack/kueue/build.sh
+kueue_dir=$(hack/kueue/build.sh --print-dir)
 trap on_exit EXIT
 # shellcheck disable=SC2119 # no extra helm arguments
 demo_up
@@ -29,5 +32,6 @@ gdd_log "running test/e2e"
 E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_NAMESPACE \
 	E2E_KUBELET_DIR=$GDD_STATE_DIR/kubelet E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \
+	E2E_KUEUE_DIR=$kueue_dir E2E_STATE_DIR=$GDD_STATE_DIR \
 	./bin/e2e.test -test.v -test.timeout 50m "$@" 2>&1 |
 	grep --line-buffered -vE '^=== (RUN|PAUSE|CONT)' || test "${PIPESTATUS[0]}" -eq 0

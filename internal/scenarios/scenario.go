@@ -81,31 +81,40 @@ func LoadFile(path string) (*Scenario, error) {
 	}
 	s := &Scenario{Name: strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)), Path: path}
 	s.Title, s.Description = leadingComment(data)
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := utilyaml.Unmarshal(doc, &obj.Object); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(obj.Object) == 0 {
-			continue // only comments
-		}
-		if obj.GetKind() == "" || obj.GetName() == "" {
-			return nil, fmt.Errorf("%s: object without kind or name: %v", path, obj.Object)
-		}
-		s.Objects = append(s.Objects, obj)
+	if s.Objects, err = DecodeObjects(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(s.Namespaces()) == 0 {
 		return nil, fmt.Errorf("%s: a scenario must create its own Namespace", path)
 	}
 	return s, nil
+}
+
+// DecodeObjects decodes a multi-document YAML file into objects, each with a
+// kind and a name; documents of only comments are skipped.
+func DecodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		obj := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal(doc, &obj.Object); err != nil {
+			return nil, err
+		}
+		if len(obj.Object) == 0 {
+			continue // only comments
+		}
+		if obj.GetKind() == "" || obj.GetName() == "" {
+			return nil, fmt.Errorf("object without kind or name: %v", obj.Object)
+		}
+		objs = append(objs, obj)
+	}
 }
 
 // leadingComment returns the first sentence of the file's leading comment block
