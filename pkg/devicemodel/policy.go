@@ -2,6 +2,7 @@ package devicemodel
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -101,9 +102,12 @@ func (p Policy) Validate() error {
 				return fmt.Errorf("%s.migProfiles[%d]: %q is listed twice", where, i, name)
 			}
 		}
-		for name, s := range map[string]*SharePolicy{"timeSlicing": g.TimeSlicing, "mps": g.MPS} {
-			if s != nil && (s.MaxShares < 0 || s.MaxShares > 64) {
-				return fmt.Errorf("%s.%s.maxShares: %d is not in 1..64", where, name, s.MaxShares)
+		for _, f := range []struct {
+			name string
+			s    *SharePolicy
+		}{{"timeSlicing", g.TimeSlicing}, {"mps", g.MPS}} {
+			if f.s != nil && (f.s.MaxShares < 0 || f.s.MaxShares > 64) {
+				return fmt.Errorf("%s.%s.maxShares: %d is not in 1..64", where, f.name, f.s.MaxShares)
 			}
 		}
 		return nil
@@ -111,8 +115,9 @@ func (p Policy) Validate() error {
 	if err := check("default", p.Default); err != nil {
 		return err
 	}
-	for key, g := range p.GPUs {
-		if err := check("gpus["+key+"]", g); err != nil {
+	// In key order: of several mistakes, the same one is named every time.
+	for _, key := range slices.Sorted(maps.Keys(p.GPUs)) {
+		if err := check("gpus["+key+"]", p.GPUs[key]); err != nil {
 			return err
 		}
 	}

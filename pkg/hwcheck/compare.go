@@ -161,7 +161,8 @@ func CheckCounters(s Shape) []string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.Devices)) {
 		d := s.Devices[name]
-		for c, v := range d.Consumes {
+		for _, c := range slices.Sorted(maps.Keys(d.Consumes)) {
+			v := d.Consumes[c]
 			have, ok := capacity[c]
 			switch {
 			case !ok:

@@ -57,7 +57,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 // Validate reports configuration errors before anything runs.
 func (c *Config) Validate() error {
-	for flag, machine := range map[string]string{"--simulate": c.Hardware.Simulate, "--compare-with": c.CompareWith} {
+	// In flag order (not a map's): both wrong names the first every time.
+	for _, f := range []struct{ flag, machine string }{{"--simulate", c.Hardware.Simulate}, {"--compare-with", c.CompareWith}} {
+		flag, machine := f.flag, f.machine
 		if machine == "" {
 			continue
 		}

@@ -78,7 +78,16 @@ func TestProberHungCheck(t *testing.T) {
 
 	close(release) // the hung call returns its (stale) error; the next round calls afresh
 	hang.Store(false)
-	time.Sleep(10 * time.Millisecond)
+	// Wait for the hung call to return: a round that starts before it has
+	// (a loaded machine may delay its goroutine) reuses it, as it should.
+	p.mu.Lock()
+	hung := p.state["wedged"].running
+	p.mu.Unlock()
+	select {
+	case <-hung.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hung call did not return after its release")
+	}
 	p.round(ctx)
 	for _, path := range []string{ReadyPath, LivePath} {
 		if code, body := probe(t, h, path); code != http.StatusOK {

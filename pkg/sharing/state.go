@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,10 +107,10 @@ func liveShares(live []ShareRef) (map[string][]string, map[string]DeviceRef) {
 // directory after a restart. visit brings one entry in line with the live
 // shares (ids: share IDs by device UUID) and returns the device UUID whose
 // state the entry holds ("" when it holds none, or none that could be
-// read); then stateless is called for each device that has live shares but
-// no state. Errors of one entry or device do not stop the others; they are
-// returned in errs. err is set, and nothing done, when dir cannot be
-// listed.
+// read); then stateless is called, in UUID order, for each device that has
+// live shares but no state. Errors of one entry or device do not stop the
+// others; they are returned in errs. err is set, and nothing done, when dir
+// cannot be listed.
 func reconcileDir(dir string, live []ShareRef,
 	visit func(e fs.DirEntry, ids map[string][]string) (uuid string, err error),
 	stateless func(dev DeviceRef, shares []string) error,
@@ -129,11 +130,13 @@ func reconcileDir(dir string, live []ShareRef,
 			errs = append(errs, err)
 		}
 	}
-	for uuid, shares := range ids {
+	// In UUID order: a restart handles the devices, and reports their
+	// errors, the same way every time.
+	for _, uuid := range slices.Sorted(maps.Keys(ids)) {
 		if known[uuid] {
 			continue
 		}
-		if err := stateless(devices[uuid], shares); err != nil {
+		if err := stateless(devices[uuid], ids[uuid]); err != nil {
 			errs = append(errs, err)
 		}
 	}
