@@ -69,10 +69,15 @@ type TopRow struct {
 	// of a MIG device, a GPU without GPM).
 	SMPercent       *float64 `json:"smPercent,omitempty"`
 	MemoryUsedBytes int64    `json:"memoryUsedBytes"`
-	// MemoryLimitBytes is the share's memory capacity (its claim's
-	// consumed capacity), else the device's memory.
+	// MemoryLimitBytes is the memory limit the plugin reports for the
+	// container's share (an MPS share's pinned memory limit, a time-slice
+	// share's memory capacity); from a plugin that reports none, the
+	// share's memory capacity (its claim's consumed capacity); else the
+	// device's memory.
 	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
 	Processes        int   `json:"processes"`
+	// limitReported says the plugin reported MemoryLimitBytes.
+	limitReported bool
 }
 
 // TopList is what `kubectl gpu top -o json` prints.
@@ -196,12 +201,14 @@ func localMetricsPort(pod *corev1.Pod) (int, bool) {
 	return 0, false
 }
 
-// shareLimits sets the limit of rows on shares to the share's memory: the
-// capacity its claim's allocation consumed (an MPS share's pinned memory
-// limit derives from it unless its config sets one). Claims that cannot
-// be listed leave the device's memory, with a warning.
+// shareLimits sets the limit of rows on shares whose plugin reports no
+// limit (an older release) to the share's memory: the capacity its
+// claim's allocation consumed (an MPS share's pinned memory limit derives
+// from it unless its config sets one). Claims that cannot be listed leave
+// the device's memory, with a warning.
 func shareLimits(ctx context.Context, client kubernetes.Interface, namespace string, rows []TopRow) string {
-	if !slices.ContainsFunc(rows, func(r TopRow) bool { return r.Claim != "" }) {
+	unreported := func(r TopRow) bool { return r.Claim != "" && !r.limitReported }
+	if !slices.ContainsFunc(rows, unreported) {
 		return ""
 	}
 	claims, err := client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
@@ -220,6 +227,9 @@ func shareLimits(ctx context.Context, client kubernetes.Interface, namespace str
 		}
 	}
 	for i := range rows {
+		if !unreported(rows[i]) {
+			continue
+		}
 		if m, ok := memory[rows[i].Namespace+"/"+rows[i].Claim+"/"+rows[i].Device]; ok {
 			rows[i].MemoryLimitBytes = m
 		}
@@ -232,11 +242,13 @@ const (
 	metricContainerSM        = "gpu_dra_container_sm_utilization_ratio"
 	metricContainerMemory    = "gpu_dra_container_memory_used_bytes"
 	metricContainerProcesses = "gpu_dra_container_processes"
+	metricContainerLimit     = "gpu_dra_container_memory_limit_bytes"
 	metricDeviceMemoryTotal  = "gpu_dra_device_memory_total_bytes"
 )
 
 // ParseTop turns a plugin's metrics into rows: one per container and
-// device; the limit is the device's memory (Top narrows it for shares).
+// device; the limit is the one the plugin reports for the container's
+// share, else the device's memory (Top narrows that for shares).
 func ParseTop(text []byte) ([]TopRow, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(string(text)))
@@ -265,6 +277,10 @@ func ParseTop(text []byte) ([]TopRow, error) {
 	}
 	for _, m := range families[metricContainerMemory].GetMetric() {
 		row(m).MemoryUsedBytes = int64(m.GetGauge().GetValue())
+	}
+	for _, m := range families[metricContainerLimit].GetMetric() {
+		r := row(m)
+		r.MemoryLimitBytes, r.limitReported = int64(m.GetGauge().GetValue()), true
 	}
 	for _, m := range families[metricContainerSM].GetMetric() {
 		v := m.GetGauge().GetValue() * 100

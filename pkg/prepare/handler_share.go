@@ -97,7 +97,13 @@ func (timeSliceManager) acquire(ctx context.Context, d *Engine, ref sharing.Devi
 		return nil, fmt.Errorf("device %s: time-slicing is not configured on this node", pd.Device)
 	}
 	res, err := d.opts.TimeSlicing.Acquire(ctx, ref, id, in.config.TimeSlicingConfig)
-	return res, deviceError(pd, err)
+	if err != nil {
+		return nil, deviceError(pd, err)
+	}
+	// Time-slicing limits no memory: the share is granted its capacity.
+	memory := in.consumed[vocabulary.CapacityMemory]
+	res.MemoryLimitBytes = memory.Value()
+	return res, nil
 }
 
 func (timeSliceManager) release(ctx context.Context, d *Engine, ref sharing.DeviceRef, id string) error {

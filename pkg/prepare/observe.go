@@ -128,9 +128,13 @@ func holdersFromClaims(claims []checkpoint.PreparedClaim, consumers func(types.U
 
 // deviceHolders returns the holders of one device of claim c.
 func deviceHolders(c checkpoint.PreparedClaim, pd checkpoint.PreparedDevice, users []podattribution.Consumer) []telemetry.Holder {
+	// A share's memory limit is what its preparation recorded; a record
+	// that cannot be read was refused at prepare, and a record of an older
+	// release has none: the holder then has no limit.
+	res, _ := shareResult(pd)
 	holder := func(u podattribution.Consumer, container string, ids []string) telemetry.Holder {
 		return telemetry.Holder{Device: pd.Device, Namespace: c.Namespace, Claim: c.Name, Pod: u.Pod, Container: container,
-			PodUID: string(u.PodUID), ContainerIDs: ids, Shared: pd.Sharing != nil}
+			PodUID: string(u.PodUID), ContainerIDs: ids, Shared: pd.Sharing != nil, MemoryLimitBytes: res.MemoryLimitBytes}
 	}
 	var out []telemetry.Holder
 	covered := map[string]bool{}

@@ -130,14 +130,21 @@ func (d *Engine) releaseShare(ctx context.Context, claimUID types.UID, pd *check
 
 // shareEdits are the container edits recorded for a share.
 func shareEdits(pd checkpoint.PreparedDevice) (sharing.ContainerEdits, error) {
-	if pd.Sharing == nil || len(pd.Sharing.Config) == 0 {
-		return sharing.ContainerEdits{}, nil
-	}
+	res, err := shareResult(pd)
+	return res.Edits, err
+}
+
+// shareResult is the sharing result recorded for a device; empty when it
+// is not shared.
+func shareResult(pd checkpoint.PreparedDevice) (sharing.Result, error) {
 	var res sharing.Result
-	if err := json.Unmarshal(pd.Sharing.Config, &res); err != nil {
-		return sharing.ContainerEdits{}, fmt.Errorf("device %s: recorded sharing state: %w", pd.Device, err)
+	if pd.Sharing == nil || len(pd.Sharing.Config) == 0 {
+		return res, nil
 	}
-	return res.Edits, nil
+	if err := json.Unmarshal(pd.Sharing.Config, &res); err != nil {
+		return sharing.Result{}, fmt.Errorf("device %s: recorded sharing state: %w", pd.Device, err)
+	}
+	return res, nil
 }
 
 // reconcileShares hands each sharing manager the shares the checkpoint

@@ -98,6 +98,11 @@ type Result struct {
 	// PipeDir is, for MPS, the host path of the control daemon's pipe
 	// directory.
 	PipeDir string `json:"pipeDir,omitempty"`
+	// MemoryLimitBytes is the device memory the share's containers are
+	// limited to or granted: for MPS the pinned memory limit its clients
+	// get (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT); for TimeSlicing the share's
+	// memory capacity, which the caller sets. 0 when there is none.
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
 	// Edits are the container edits of the share: empty for TimeSlicing.
 	Edits ContainerEdits `json:"edits,omitzero"`
 	// Warnings explain settings that were not applied as asked (not

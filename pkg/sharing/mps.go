@@ -163,6 +163,10 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	if err != nil {
 		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
 	}
+	limit, err := clientPinnedLimitMiB(settings, share)
+	if err != nil {
+		return nil, fmt.Errorf("MPS share %q of %s: %w", share.ID, dev.UUID, err)
+	}
 	host := m.hostPaths(dev.UUID)
 	edits, err := clientEdits(dev, share, host.pipe, m.opts.ContainerPipeDir)
 	if err != nil {
@@ -180,6 +184,9 @@ func (m *MPSManager) Acquire(ctx context.Context, dev DeviceRef, share MPSShare)
 	logger := klog.FromContext(ctx).WithValues("device", dev.UUID, "share", share.ID)
 	ctx = klog.NewContext(ctx, logger)
 	res := &Result{Strategy: gpuv1beta1.MPSStrategy, UUID: dev.UUID, PipeDir: host.pipe, Edits: edits}
+	if limit != nil {
+		res.MemoryLimitBytes = *limit << 20
+	}
 
 	unlock := m.locks.Lock(dev.UUID)
 	defer unlock()

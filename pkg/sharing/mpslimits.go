@@ -154,6 +154,22 @@ func limitMiB(q resource.Quantity) (int64, error) {
 	return b >> 20, nil
 }
 
+// clientPinnedLimitMiB is the pinned memory limit a share's clients get:
+// the config's (settings), else the share's memory capacity; nil when
+// there is neither.
+func clientPinnedLimitMiB(settings mpsSettings, share MPSShare) (*int64, error) {
+	if settings.PinnedMemoryLimitMiB != nil || share.Capacity.MemoryBytes <= 0 {
+		return settings.PinnedMemoryLimitMiB, nil
+	}
+	// The capacity's request policy has a step of 1Mi, so the scheduler
+	// only hands out whole mebibytes.
+	m, err := limitMiB(*resource.NewQuantity(share.Capacity.MemoryBytes, resource.BinarySI))
+	if err != nil {
+		return nil, fmt.Errorf("consumed memory capacity: %w", err)
+	}
+	return &m, nil
+}
+
 // clientEdits are the container edits of a share: the pipe directory, the
 // share's limits and its client priority. The limits come from the config
 // where it has them, else from the share's capacity.
@@ -170,15 +186,9 @@ func clientEdits(dev DeviceRef, share MPSShare, hostPipeDir, containerPipeDir st
 	if percent != nil {
 		env = append(env, fmt.Sprintf("%s=%d", envMPSActiveThreadPercent, *percent))
 	}
-	mib := settings.PinnedMemoryLimitMiB
-	if mib == nil && share.Capacity.MemoryBytes > 0 {
-		// The capacity's request policy has a step of 1Mi, so the
-		// scheduler only hands out whole mebibytes.
-		m, err := limitMiB(*resource.NewQuantity(share.Capacity.MemoryBytes, resource.BinarySI))
-		if err != nil {
-			return ContainerEdits{}, fmt.Errorf("consumed memory capacity: %w", err)
-		}
-		mib = &m
+	mib, err := clientPinnedLimitMiB(settings, share)
+	if err != nil {
+		return ContainerEdits{}, err
 	}
 	if mib != nil {
 		// The variable is keyed by the CUDA ordinal the client sees.

@@ -20,6 +20,11 @@ type Holder struct {
 	// UID and the runtime IDs the container has had (pod status).
 	PodUID       string
 	ContainerIDs []string
+	// MemoryLimitBytes is the device memory the holder's share limits its
+	// containers to or grants them (an MPS share's pinned memory limit, a
+	// time-slice share's memory capacity); 0 when none is known, as for
+	// whole GPUs and MIG devices, whose limit is the device's memory.
+	MemoryLimitBytes int64
 }
 
 // HolderSource tells the collector who holds which device. The prepare

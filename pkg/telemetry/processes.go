@@ -35,7 +35,7 @@ const ownerless = 0xFFFFFFFF
 
 // processReadings are the per-container readings; see docs/telemetry.md.
 type processReadings struct {
-	sm, memUtil, memUsed, processes *metrics.Desc
+	sm, memUtil, memUsed, memLimit, processes *metrics.Desc
 }
 
 func newProcessReadings() processReadings {
@@ -49,13 +49,15 @@ func newProcessReadings() processReadings {
 			"Fraction of the time since the previous scrape the container's processes read or wrote device memory (NVML process utilization samples; absent on MIG devices)."),
 		memUsed: desc("memory_used_bytes",
 			"Device memory the container's processes hold (NVML running compute and MPS client processes)."),
+		memLimit: desc("memory_limit_bytes",
+			"Device memory the container's share limits it to or grants it: an MPS share's pinned memory limit, a time-slice share's memory capacity. Absent for whole GPUs and MIG devices (their limit is gpu_dra_device_memory_total_bytes)."),
 		processes: desc("processes",
 			"The container's processes on the device (compute processes and MPS clients)."),
 	}
 }
 
 func (p processReadings) describe(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{p.sm, p.memUtil, p.memUsed, p.processes} {
+	for _, d := range []*metrics.Desc{p.sm, p.memUtil, p.memUsed, p.memLimit, p.processes} {
 		ch <- d
 	}
 }
@@ -162,6 +164,9 @@ func (c *Collector) collectProcesses(ch chan<- metrics.Metric, d nvmlDevice, hol
 		labels := []string{c.opts.NodeName, d.uuid, gpuName, device, u.holder.Namespace, u.holder.Pod, u.holder.Claim, u.holder.Container}
 		ch <- metrics.NewLazyConstMetric(c.procReadings.processes, metrics.GaugeValue, float64(u.processes), labels...)
 		ch <- metrics.NewLazyConstMetric(c.procReadings.memUsed, metrics.GaugeValue, float64(u.memory), labels...)
+		if u.holder.MemoryLimitBytes > 0 {
+			ch <- metrics.NewLazyConstMetric(c.procReadings.memLimit, metrics.GaugeValue, float64(u.holder.MemoryLimitBytes), labels...)
+		}
 		// Without processes nothing ran: 0 is a measurement, not a guess.
 		u.smKnown = u.processes == 0 || smOK
 		u.memKnown = !d.mig && (u.processes == 0 || memOK)
