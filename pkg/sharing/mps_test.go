@@ -257,6 +257,8 @@ func TestMPSLifecycle(t *testing.T) {
 		Strategy: gpuv1beta1.MPSStrategy,
 		UUID:     gpu.UUID,
 		PipeDir:  pipeDir,
+		// The pinned limit its clients get, for telemetry.
+		MemoryLimitBytes: 12 << 30,
 		Edits: ContainerEdits{
 			Env: []string{
 				"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
