@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 )
 
 // cdiEdits is what a claim's CDI spec gives every container.
@@ -45,13 +46,7 @@ func TestLoadSim(t *testing.T) {
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["job"])
-	cfg.MetricsAddress = freeAddress(t)
-	cfg.LocalMetricsAddress = freeAddress(t)
-	p, err := inprocess.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Stop() }()
+	p := startWithMetrics(ctx, t, cfg)
 	if _, err := p.Kubelet.PrepareOne(ctx, claims["job"]); err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +116,18 @@ func TestLoadSim(t *testing.T) {
 	if !strings.Contains(out.String(), "Load running: 35% SM") || !strings.Contains(out.String(), "Load stopped") {
 		t.Errorf("the load program's output:\n%s", out.String())
 	}
+}
+
+// startWithMetrics starts cfg's plugin in-process with its metrics and
+// local metrics on free loopback addresses, stopped when the test ends.
+func startWithMetrics(ctx context.Context, t *testing.T, cfg *nodeplugin.Config) *inprocess.Plugin {
+	t.Helper()
+	cfg.MetricsAddress = freeAddress(t)
+	cfg.LocalMetricsAddress = freeAddress(t)
+	p, err := inprocess.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	return p
 }

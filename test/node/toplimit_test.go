@@ -14,7 +14,6 @@ import (
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
 )
@@ -48,13 +47,7 @@ func TestTopLimitMPS(t *testing.T) {
 	cfg := dirs.Config(machine, nodeName)
 	cfg.MPSControl = control
 	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["pinned"], claims["capacity"])
-	cfg.MetricsAddress = freeAddress(t)
-	cfg.LocalMetricsAddress = freeAddress(t)
-	p, err := inprocess.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Stop() }()
+	p := startWithMetrics(ctx, t, cfg)
 	for _, name := range []string{"pinned", "capacity"} {
 		if _, err := p.Kubelet.PrepareOne(ctx, claims[name]); err != nil {
 			t.Fatalf("prepare %s: %v", name, err)
@@ -81,13 +74,7 @@ func TestTopLimitTS(t *testing.T) {
 	dirs, _, claims, _ := setupClaims(t, at.Claim("ts", r))
 	cfg := dirs.Config(machine, nodeName)
 	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["ts"])
-	cfg.MetricsAddress = freeAddress(t)
-	cfg.LocalMetricsAddress = freeAddress(t)
-	p, err := inprocess.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Stop() }()
+	p := startWithMetrics(ctx, t, cfg)
 	if _, err := p.Kubelet.PrepareOne(ctx, claims["ts"]); err != nil {
 		t.Fatal(err)
 	}
