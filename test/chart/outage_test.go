@@ -13,7 +13,10 @@ import (
 // permissions only with controller.outage.enabled; and the policy spells the
 // Lease name the way pkg/vocabulary does.
 func TestOutageRenders(t *testing.T) {
-	render := func(sets ...string) string {
+	helmBinary(t) // skip (or fail in CI) once, not per case
+	// render takes the subtest's t: a Skip or Fatal on the parent's t from a
+	// subtest panics instead of skipping.
+	render := func(t *testing.T, sets ...string) string {
 		t.Helper()
 		args := []string{"template", "rel", chartDir, "-n", "ns"}
 		for _, s := range sets {
@@ -51,7 +54,7 @@ func TestOutageRenders(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := render(tc.sets...)
+			out := render(t, tc.sets...)
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("rendered chart lacks %q", w)
