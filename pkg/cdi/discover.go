@@ -24,9 +24,12 @@ type DriverFiles struct {
 	// Version is the driver version taken from the library file names
 	// (libnvidia-ml.so.<version>), or empty if it could not be determined.
 	Version string
-	// DeviceNodes are the control device nodes that exist: /dev/nvidiactl
-	// and, when the nvidia-uvm module is loaded, /dev/nvidia-uvm and
-	// /dev/nvidia-uvm-tools.
+	// DeviceNodes are the control device nodes every spec names:
+	// /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools. Only
+	// /dev/nvidiactl must exist at discovery; the UVM nodes appear when
+	// nvidia-uvm loads, which on a fresh node may be after the plugin
+	// starts. Every spec write looks all of them up, and fails naming the
+	// one that is missing (see docs/cdi.md).
 	DeviceNodes []string
 	// Libraries are the compute and utility libraries found.
 	Libraries []Library
@@ -84,8 +87,9 @@ var (
 		"nvidia-cuda-mps-control",
 		"nvidia-cuda-mps-server",
 	}
-	// controlDeviceNodes are needed by every CUDA or NVML user; the first is
-	// required, the UVM nodes exist only while nvidia-uvm is loaded.
+	// controlDeviceNodes are needed by every CUDA user: CUDA cannot
+	// initialize without the UVM nodes, so a spec without them would give a
+	// container that fails at its first CUDA call.
 	controlDeviceNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
 	binaryDirs         = []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin"}
 )
@@ -107,17 +111,12 @@ func DiscoverDriverFiles(driverRoot string) (*DriverFiles, error) {
 	r := root(driverRoot)
 	files := &DriverFiles{}
 
-	for _, node := range controlDeviceNodes {
-		_, err := os.Stat(r.join(node))
-		switch {
-		case err == nil:
-			files.DeviceNodes = append(files.DeviceNodes, node)
-		case errors.Is(err, fs.ErrNotExist) && node != controlDeviceNodes[0]:
-			// Optional node missing.
-		default:
-			return nil, fmt.Errorf("driver root %s: control device node %s: %w", driverRoot, node, err)
-		}
+	// nvidiactl shows that this is a driver's root; the UVM nodes are
+	// looked up at each spec write.
+	if _, err := os.Stat(r.join(controlDeviceNodes[0])); err != nil {
+		return nil, fmt.Errorf("driver root %s: control device node %s: %w", driverRoot, controlDeviceNodes[0], err)
 	}
+	files.DeviceNodes = slices.Clone(controlDeviceNodes)
 
 	dirs := slices.Concat(r.ldSoConfDirs(), defaultLibraryDirs(runtime.GOARCH))
 	dirs = dedupe(dirs)

@@ -76,6 +76,13 @@ func (r *fakeRoot) device(p string) {
 	}
 }
 
+func (r *fakeRoot) mkdir(p string) {
+	r.t.Helper()
+	if err := os.MkdirAll(r.path(p), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *fakeRoot) file(p string, mode os.FileMode, content string) {
 	r.t.Helper()
 	full := r.path(p)

@@ -4,7 +4,9 @@
 package cdi
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
@@ -102,7 +104,9 @@ type DeviceRecord struct {
 // (ClaimDevice.Mounts), a share's container edits (pkg/sharing, recorded in
 // its state as JSON) and an MPS daemon pod's (pkg/mpspod) alike.
 type Mount struct {
-	// HostPath is an absolute path on the host (not below the driver root).
+	// HostPath is an absolute path on the host (not below the driver root),
+	// which the plugin sees at the same path; it must exist when a spec
+	// naming it is written.
 	HostPath string `json:"hostPath"`
 	// ContainerPath is the absolute path in the container.
 	ContainerPath string `json:"containerPath"`
@@ -225,6 +229,10 @@ func (b *specBuilder) device(claimUID types.UID, d ClaimDevice) (cdispec.Device,
 		if !path.IsAbs(m.HostPath) || !path.IsAbs(m.ContainerPath) {
 			return cdispec.Device{}, fmt.Errorf("mount %s:%s: paths must be absolute", m.HostPath, m.ContainerPath)
 		}
+		// The plugin made these (an MPS pipe directory) at the host path.
+		if _, err := statNamed("mount "+m.ContainerPath, m.HostPath); err != nil {
+			return cdispec.Device{}, err
+		}
 		opts := readWriteMountOptions
 		if m.ReadOnly {
 			opts = readOnlyMountOptions
@@ -250,6 +258,10 @@ func (b *specBuilder) commonEdits(uuids []string) (cdispec.ContainerEdits, error
 		edits.DeviceNodes = append(edits.DeviceNodes, dn)
 	}
 	for _, lib := range b.files.Libraries {
+		// Discovered at start; a driver upgrade can remove them since.
+		if _, err := statNamed("driver library "+lib.Path, b.driverRoot.join(lib.Path)); err != nil {
+			return edits, err
+		}
 		for _, dir := range b.containerLibDirs {
 			for _, name := range lib.Names {
 				edits.Mounts = append(edits.Mounts,
@@ -258,10 +270,16 @@ func (b *specBuilder) commonEdits(uuids []string) (cdispec.ContainerEdits, error
 		}
 	}
 	for _, bin := range b.files.Binaries {
+		if _, err := statNamed("driver binary "+bin.Path, b.driverRoot.join(bin.Path)); err != nil {
+			return edits, err
+		}
 		edits.Mounts = append(edits.Mounts,
 			bindMount(b.hostDriverRoot.join(bin.Path), path.Join("/usr/bin", bin.Name), readOnlyMountOptions))
 	}
 	for _, dir := range b.dirs {
+		if _, err := statNamed("driver root directory "+dir, b.driverRoot.join(dir)); err != nil {
+			return edits, err
+		}
 		edits.Mounts = append(edits.Mounts, bindMount(b.hostDriverRoot.join(dir), dir, readOnlyMountOptions))
 	}
 	slices.SortStableFunc(edits.Mounts, func(a, b *cdispec.Mount) int {
@@ -279,9 +297,9 @@ func (b *specBuilder) deviceNode(p string) (*cdispec.DeviceNode, error) {
 		return nil, fmt.Errorf("device node %s: path must be absolute", p)
 	}
 	localPath := b.driverRoot.join(p)
-	fi, err := os.Stat(localPath)
+	fi, err := statNamed("device node "+p, localPath)
 	if err != nil {
-		return nil, fmt.Errorf("device node: %w", err)
+		return nil, err
 	}
 	info, err := deviceInfo(fi)
 	if err != nil {
@@ -299,6 +317,22 @@ func (b *specBuilder) deviceNode(p string) (*cdispec.DeviceNode, error) {
 		dn.HostPath = hostPath
 	}
 	return dn, nil
+}
+
+// statNamed looks up localPath, which a spec names as what. Every path must
+// exist when the spec is written: a node the driver has not made yet (the
+// UVM nodes while nvidia-uvm loads on a fresh node, a MIG capability node)
+// fails the prepare, which the kubelet retries, instead of a container
+// starting without it.
+func statNamed(what, localPath string) (os.FileInfo, error) {
+	fi, err := os.Stat(localPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s is missing (the kubelet retries the prepare): %w", what, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return fi, nil
 }
 
 // devInfo is what a CDI device node needs to know about a device file.

@@ -52,7 +52,7 @@ func testDevices() []ClaimDevice {
 			},
 			DeviceNodes: []string{"/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap21"},
 			Env:         []string{"CUDA_MPS_PIPE_DIRECTORY=/run/mps"},
-			Mounts:      []Mount{{HostPath: "/var/lib/gpu-dra/mps/x", ContainerPath: "/run/mps"}},
+			Mounts:      []Mount{{HostPath: testMPSDir, ContainerPath: "/run/mps"}},
 			Annotations: map[string]string{"gpu.dra.dev/mig-gi": "13", AnnotationKind: "overridden"},
 		},
 	}
@@ -153,8 +153,8 @@ func TestWriteClaimSpecAndInject(t *testing.T) {
 				t.Errorf("mount at %s = %+v, want a read-only bind mount of %s", dest, m, src)
 			}
 		}
-		if m, ok := mounts["/run/mps"]; !ok || m.Source != "/var/lib/gpu-dra/mps/x" || slices.Contains(m.Options, "ro") {
-			t.Errorf("device mount /run/mps = %+v, want a writable bind mount of /var/lib/gpu-dra/mps/x", m)
+		if m, ok := mounts["/run/mps"]; !ok || m.Source != testMPSDir || slices.Contains(m.Options, "ro") {
+			t.Errorf("device mount /run/mps = %+v, want a writable bind mount of %s", m, testMPSDir)
 		}
 		for dest := range mounts {
 			if strings.Contains(dest, "535.104.05") || strings.HasSuffix(dest, "nvidia-debugdump") {
@@ -452,6 +452,7 @@ func TestWithContainerLibDirs(t *testing.T) {
 
 func TestWithDriverRootDirs(t *testing.T) {
 	r, specDir, w := setup(t, WithDriverRootDirs("/run/nvidia-sim"), WithHostDriverRoot("/host/root"))
+	r.mkdir("/run/nvidia-sim")
 	ids, err := w.WriteClaimSpec(context.Background(), testClaim, testDevices()[:1])
 	if err != nil {
 		t.Fatal(err)
