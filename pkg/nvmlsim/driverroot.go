@@ -89,14 +89,6 @@ func (m *Machine) WriteDriverRoot(root string) error {
 }
 
 func (m *Machine) writeDriverRoot(root string) error {
-	dev := filepath.Join(root, "dev")
-	nodes := map[string]os.FileMode{
-		"nvidiactl":               0o666,
-		"nvidia-uvm":              0o666,
-		"nvidia-uvm-tools":        0o666,
-		"nvidia-caps/nvidia-cap1": 0o400, // mig/config: root only, like the driver's default
-		"nvidia-caps/nvidia-cap2": 0o444, // mig/monitor
-	}
 	files := map[string]string{
 		"proc/driver/nvidia/capabilities/mig/config":  capabilityFile(1, 0o400),
 		"proc/driver/nvidia/capabilities/mig/monitor": capabilityFile(2, 0o444),
@@ -105,13 +97,7 @@ func (m *Machine) writeDriverRoot(root string) error {
 			"GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", m.driverVersion),
 	}
 	for _, g := range m.gpus {
-		nodes[fmt.Sprintf("nvidia%d", g.index)] = 0o666
 		files[filepath.Join("proc/driver/nvidia/gpus", g.busID(), "information")] = g.information()
-	}
-	for name, mode := range nodes {
-		if err := makeDeviceNode(filepath.Join(dev, name), mode); err != nil {
-			return err
-		}
 	}
 
 	libDir := filepath.Join(root, "usr", "lib", "x86_64-linux-gnu")
@@ -148,6 +134,9 @@ func (m *Machine) writeDriverRoot(root string) error {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.makeDeviceNodes(root); err != nil {
+		return err
+	}
 	if err := m.syncDriverRoot(root); err != nil {
 		return err
 	}
@@ -192,7 +181,7 @@ func (m *Machine) syncDriverRoot(root string) error {
 			giName := fmt.Sprintf("gi%d", gi.id)
 			keep[giName] = true
 			minor := giAccessMinor(g.index, int(gi.id))
-			if err := makeDeviceNode(filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor)), 0o444); err != nil {
+			if err := m.makeDeviceNode(root, fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), 0o444); err != nil {
 				return err
 			}
 			if err := writeFile(filepath.Join(capDir, giName, "access"), capabilityFile(minor, 0o444), 0o444); err != nil {
@@ -200,7 +189,7 @@ func (m *Machine) syncDriverRoot(root string) error {
 			}
 			for _, ci := range gi.sortedComputeInstances() {
 				minor := ciAccessMinor(g.index, int(gi.id), int(ci.id))
-				if err := makeDeviceNode(filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor)), 0o444); err != nil {
+				if err := m.makeDeviceNode(root, fmt.Sprintf("nvidia-caps/nvidia-cap%d", minor), 0o444); err != nil {
 					return err
 				}
 				if err := writeFile(filepath.Join(capDir, giName, fmt.Sprintf("ci%d", ci.id), "access"), capabilityFile(minor, 0o444), 0o444); err != nil {

@@ -59,6 +59,9 @@ type Machine struct {
 	faults      []*injectedError
 	eventSets   map[*mock.EventSet]*eventSet
 	driverRoots []string
+	// withheldNodes, when set, names the device nodes kept out of the driver roots
+	// (WithholdDeviceNodes).
+	withheldNodes func(name string) bool
 	// boots counts simulated reboots; the boot ID derives from it.
 	boots int
 	// processes are the registered simulated processes by PID (processes.go); smSecondsEnded

@@ -1,0 +1,62 @@
+package nvmlsim
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// WithholdDeviceNodes keeps the device nodes whose names below dev/ ("nvidia-uvm",
+// "nvidia-caps/nvidia-cap12") withhold matches out of the machine's driver roots: they are removed
+// from the roots written so far and not made again, as on a fresh node where nvidia-uvm loads, or a
+// MIG capability node is made, only after the kubelet plugin started. nil makes them all again, as
+// nvidia-modprobe does when it loads the module. The choice is not kept in the state file.
+func (m *Machine) WithholdDeviceNodes(withhold func(name string) bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.withheldNodes = withhold
+	for _, root := range m.driverRoots {
+		if err := m.makeDeviceNodes(root); err != nil {
+			return fmt.Errorf("device nodes under %s: %w", root, err)
+		}
+		if err := m.syncDriverRoot(root); err != nil {
+			return fmt.Errorf("device nodes under %s: %w", root, err)
+		}
+	}
+	return nil
+}
+
+// makeDeviceNodes makes the device nodes that do not depend on MIG state: the control nodes, the
+// MIG config and monitor capabilities and one node per GPU. m.mu must be held.
+func (m *Machine) makeDeviceNodes(root string) error {
+	nodes := map[string]os.FileMode{
+		"nvidiactl":               0o666,
+		"nvidia-uvm":              0o666,
+		"nvidia-uvm-tools":        0o666,
+		"nvidia-caps/nvidia-cap1": 0o400, // mig/config: root only, like the driver's default
+		"nvidia-caps/nvidia-cap2": 0o444, // mig/monitor
+	}
+	for _, g := range m.gpus {
+		nodes[fmt.Sprintf("nvidia%d", g.index)] = 0o666
+	}
+	for name, mode := range nodes {
+		if err := m.makeDeviceNode(root, name, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeDeviceNode makes root's dev/<name>, or removes it while it is withheld. m.mu must be held.
+func (m *Machine) makeDeviceNode(root, name string, mode os.FileMode) error {
+	path := filepath.Join(root, "dev", name)
+	if m.withheldNodes != nil && m.withheldNodes(name) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return makeDeviceNode(path, mode)
+}
