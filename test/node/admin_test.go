@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,15 +31,34 @@ import (
 // request on a device whose counters a holder consumes (kubernetes#140729),
 // which is the case these tests are about.
 func adminClaim(name string, devices ...string) *resourceapi.ResourceClaim {
-	claim := at.Claim(name, at.Exactly("admin", driverName, int64(len(devices))))
-	claim.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
-	claim.UID = types.UID(name + "-uid")
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, d := range devices {
-		results = append(results, resourceapi.DeviceRequestAllocationResult{
-			Request: "admin", Driver: driverName, Pool: nodeName, Device: d, AdminAccess: ptr.To(true),
-		})
+		results = append(results, result("admin", d, true))
 	}
+	return allocated(name, results...)
+}
+
+// result is an allocation result of this node's pool.
+func result(request, device string, admin bool) resourceapi.DeviceRequestAllocationResult {
+	r := resourceapi.DeviceRequestAllocationResult{Request: request, Driver: driverName, Pool: nodeName, Device: device}
+	if admin {
+		r.AdminAccess = ptr.To(true)
+	}
+	return r
+}
+
+// allocated is a claim with the given results, one request per result name.
+func allocated(name string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	claim := at.Claim(name)
+	for _, r := range results {
+		if slices.ContainsFunc(claim.Spec.Devices.Requests, func(q resourceapi.DeviceRequest) bool { return q.Name == r.Request }) {
+			continue
+		}
+		q := at.Exactly(r.Request, driverName, 1)
+		q.Exactly.AdminAccess = r.AdminAccess
+		claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, q)
+	}
+	claim.UID = types.UID(name + "-uid")
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
 	return claim
 }
@@ -277,5 +297,48 @@ func TestAdminAccessWithdrawsNothing(t *testing.T) {
 	eventually(t, 10*time.Second, "GPU 1's other devices withdrawn for the tenant", func() bool { return published(1) == 1 })
 	if got := published(0); got != all {
 		t.Errorf("GPU 0 under admin access publishes %d devices, want all %d", got, all)
+	}
+}
+
+// A claim with an own device and admin access to another is handled result
+// by result: its own device excludes other claims, its admin device
+// excludes nothing. Both survive a lost checkpoint, rebuilt from the CDI
+// specs.
+func TestAdminAndOwnDeviceInOneClaim(t *testing.T) {
+	ctx := context.Background()
+	dirs, _, claims, start := setupClaims(t, at.Claim("tenant", at.Exactly("r", driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`)))
+	tenant := claims["tenant"]
+	mixed := allocated("mixed", result("own", "gpu-1", false), result("admin", "gpu-0", true))
+	other := allocated("other", result("r", "gpu-1", false))
+	migTenant := allocated("mig", result("r", "gpu-0-mig-1g10gb-6", false))
+	p := start(mixed, other, migTenant)
+	defer func() { _ = p.Stop() }()
+	for _, c := range []*resourceapi.ResourceClaim{tenant, mixed} {
+		if _, err := p.Kubelet.PrepareOne(ctx, c); err != nil {
+			t.Fatalf("prepare %s: %v", c.Name, err)
+		}
+	}
+	if _, err := p.Kubelet.PrepareOne(ctx, other); err == nil || !strings.Contains(err.Error(), "already prepared for claim default/mixed") {
+		t.Errorf("a second claim on the mixed claim's own GPU 1: err = %v, want a conflict naming it", err)
+	}
+
+	// Lose the checkpoint: the records are rebuilt from the specs.
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cpPath := filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
+	if err := os.Remove(cpPath); err != nil {
+		t.Fatal(err)
+	}
+	p = start(mixed, other, migTenant)
+	if _, err := p.Kubelet.PrepareOne(ctx, other); err == nil || !strings.Contains(err.Error(), "already prepared for claim default/mixed") {
+		t.Errorf("after the rebuild, a second claim on GPU 1: err = %v, want a conflict naming the mixed claim", err)
+	}
+	// GPU 0 freed by its tenant can be carved while the admin access stays.
+	if err := p.Kubelet.UnprepareOne(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Kubelet.PrepareOne(ctx, migTenant); err != nil {
+		t.Errorf("a MIG device of GPU 0 beside the rebuilt admin access: %v", err)
 	}
 }
