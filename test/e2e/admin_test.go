@@ -58,7 +58,7 @@ func TestAdminAccess(t *testing.T) {
 			claimNamePod(t, ctx, ns, tenant, tenant)
 			gpu := claimGPU(t, ctx, waitAllocated(t, ctx, ns, tenant))
 
-			standaloneClaim(t, ctx, ns, monitor, resourceapi.ExactDeviceRequest{
+			createAdminClaim(t, ctx, ns, monitor, resourceapi.ExactDeviceRequest{
 				DeviceClassName: tc.class, AdminAccess: ptr.To(true),
 				Selectors: celSelector(fmt.Sprintf(`device.attributes["gpu.dra.dev"].uuid == %q`, gpu)),
 			})
@@ -120,4 +120,22 @@ func waitRunningOrUnschedulable(t *testing.T, ctx context.Context, ns, name stri
 		t.Fatalf("pod %s/%s neither runs nor is unschedulable: %v; events: %s", ns, name, err, strings.Join(evs, "; "))
 	}
 	return reason
+}
+
+// createAdminClaim creates a claim with admin access, retrying while the
+// API server's view of the namespace lacks the label just set.
+func createAdminClaim(t *testing.T, ctx context.Context, ns, name string, req resourceapi.ExactDeviceRequest) {
+	t.Helper()
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "dev", Exactly: &req}}}},
+	}
+	var last error
+	err := poll(ctx, func(ctx context.Context) (bool, error) {
+		_, last = env.cluster.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("create admin-access claim %s/%s in a labelled namespace: %v (last: %v)", ns, name, err, last)
+	}
 }
