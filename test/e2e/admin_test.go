@@ -104,16 +104,8 @@ func waitRunningOrUnschedulable(t *testing.T, ctx context.Context, ns, name stri
 		if err != nil {
 			return false, err
 		}
-		if pod.Status.Phase == corev1.PodRunning {
-			return true, nil
-		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				reason = cond.Message
-				return true, nil
-			}
-		}
-		return false, nil
+		reason = unschedulable(pod)
+		return pod.Status.Phase == corev1.PodRunning || reason != "", nil
 	})
 	if err != nil {
 		evs, _ := env.runner.PodEvents(ctx, ns, name)
@@ -138,4 +130,15 @@ func createAdminClaim(t *testing.T, ctx context.Context, ns, name string, req re
 	if err != nil {
 		t.Fatalf("create admin-access claim %s/%s in a labelled namespace: %v (last: %v)", ns, name, err, last)
 	}
+}
+
+// unschedulable is the scheduler's message when it reports the pod
+// unschedulable, "" otherwise.
+func unschedulable(pod *corev1.Pod) string {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			return cond.Message
+		}
+	}
+	return ""
 }
