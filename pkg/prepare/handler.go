@@ -101,9 +101,9 @@ func plannedDevice(pub *devicemodel.Published, r resourceapi.DeviceRequestAlloca
 }
 
 // shareStrategy is the sharing strategy a prepared device has the plugin
-// set up, "" for none (and for admin access). A record of a kind this release does not know keeps
-// the MPS daemon it records inside its MIG device: reconciling must not
-// stop what a newer release's claim may use.
+// set up, "" for none (admin access sets none up). A record of a kind this
+// release does not know keeps the MPS daemon it records inside its MIG
+// device: reconciling must not stop what a newer release's claim may use.
 func shareStrategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy {
 	if pd.AdminAccess {
 		return "" // admin access sets no sharing up
