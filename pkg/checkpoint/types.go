@@ -88,6 +88,12 @@ type PreparedDevice struct {
 	// container for this device (the GPU's node, MIG capability nodes), so
 	// the spec can be written again while the GPU cannot be reached.
 	DeviceNodes []string `json:"deviceNodes,omitempty"`
+	// AdminAccess is the allocation result's adminAccess: the claim uses
+	// the device beside whoever holds it (monitoring), so the device
+	// conflicts with nothing and its preparation changed nothing on the
+	// node but the CDI spec. Absent in older checkpoints, which never
+	// prepared a device that way.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 	// MIG describes the MIG instance behind a vocabulary.KindMIG device.
 	MIG *MigInstance `json:"mig,omitempty"`
 	// Sharing describes how the device is shared, if it is.

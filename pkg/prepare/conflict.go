@@ -39,11 +39,12 @@ func (d *Engine) conflictLocked(uid types.UID, planned []checkpoint.PreparedDevi
 
 // physicalConflict says why devices a and b cannot be in use at the same
 // time, or "" if they can: both are, or are carved from, the same physical
-// GPU, and they overlap on it (the handler of a's kind knows how).
+// GPU, neither is admin access, and they overlap on it (the handler of a's
+// kind knows how).
 func physicalConflict(a, b checkpoint.PreparedDevice) string {
 	gpu := gpuUUIDOf(a)
-	if gpu != gpuUUIDOf(b) {
-		return ""
+	if gpu != gpuUUIDOf(b) || a.AdminAccess || b.AdminAccess {
+		return "" // admin access is used beside any holder (admin.go)
 	}
 	h, ok := kindHandlers[a.Kind]
 	if !ok || !knownKind(b.Kind) {

@@ -22,6 +22,10 @@ func TestPhysicalConflict(t *testing.T) {
 	share := func(gpu, kind, shareID string) checkpoint.PreparedDevice {
 		return checkpoint.PreparedDevice{Device: gpu + "-" + kind, Kind: vocabulary.Kind(kind), GPUUUID: "GPU-" + gpu, ShareID: shareID}
 	}
+	admin := func(pd checkpoint.PreparedDevice) checkpoint.PreparedDevice {
+		pd.AdminAccess = true
+		return pd
+	}
 	// Older records lack GPUUUID: the MIG parent still names the GPU.
 	oldMIG := migAt("g0", 4, 2)
 	oldMIG.GPUUUID = ""
@@ -47,6 +51,12 @@ func TestPhysicalConflict(t *testing.T) {
 		"share without ID":               {a: share("g0", "mps", ""), b: share("g0", "mps", "s1"), conflict: true},
 		"unknown kind holds its GPU":     {a: share("g0", "mps", "s1"), b: checkpoint.PreparedDevice{Device: "x", Kind: "vgpu", GPUUUID: "GPU-g0"}, conflict: true},
 		"unknown kind on another GPU":    {a: whole("g0"), b: checkpoint.PreparedDevice{Device: "x", Kind: "vgpu", GPUUUID: "GPU-g1"}},
+		"admin beside the whole GPU":     {a: admin(whole("g0")), b: whole("g0")},
+		"whole GPU beside admin":         {a: whole("g0"), b: admin(whole("g0"))},
+		"admin GPU beside its MIG":       {a: admin(whole("g0")), b: migAt("g0", 0, 1)},
+		"MIG beside admin on it":         {a: migAt("g0", 0, 1), b: admin(migAt("g0", 0, 1))},
+		"admin beside a share":           {a: admin(share("g0", "mps", "")), b: share("g0", "mps", "s1")},
+		"admin beside an unknown kind":   {a: admin(whole("g0")), b: checkpoint.PreparedDevice{Device: "x", Kind: "vgpu", GPUUUID: "GPU-g0"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

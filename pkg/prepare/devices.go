@@ -17,6 +17,12 @@ import (
 func (d *Engine) prepareDevices(ctx context.Context, entry *checkpoint.PreparedClaim, inputs []shareInput) error {
 	for i := range entry.Devices {
 		pd := &entry.Devices[i]
+		if pd.AdminAccess {
+			if err := d.prepareAdmin(ctx, pd); err != nil {
+				return err
+			}
+			continue
+		}
 		h, err := handlerOf(pd)
 		if err != nil {
 			return err
@@ -34,6 +40,9 @@ func (d *Engine) unprepareDevices(ctx context.Context, entry *checkpoint.Prepare
 	var errs []error
 	for i := len(entry.Devices) - 1; i >= 0; i-- {
 		pd := &entry.Devices[i]
+		if pd.AdminAccess {
+			continue // nothing was set up: the CDI spec was all
+		}
 		h, err := handlerOf(pd)
 		if err != nil {
 			errs = append(errs, err)
@@ -75,6 +84,9 @@ func (d *Engine) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	// it is lost at the next start), the sharing record (a share's daemon
 	// or time-slice stays registered) and the MIG instance to destroy.
 	cd.Annotations = map[string]string{annotationGPU: gpuUUIDOf(pd)}
+	if pd.AdminAccess {
+		cd.Annotations[annotationAdminAccess] = "true"
+	}
 	if pd.Sharing != nil {
 		data, err := json.Marshal(pd.Sharing)
 		if err != nil {
@@ -109,6 +121,9 @@ const (
 	// annotationDeviceNodes lists the device's nodes (comma-separated), so
 	// a rebuilt checkpoint can write the spec again while the GPU is lost.
 	annotationDeviceNodes = "gpu.dra.dev/device-nodes"
+	// annotationAdminAccess marks an admin-access device, so a rebuilt
+	// checkpoint neither counts it as held nor undoes its tenant's work.
+	annotationAdminAccess = "gpu.dra.dev/admin-access"
 )
 
 // gpuUUIDOf is the physical GPU a recorded device belongs to.

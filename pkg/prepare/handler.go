@@ -93,15 +93,21 @@ func plannedDevice(pub *devicemodel.Published, r resourceapi.DeviceRequestAlloca
 	if err != nil {
 		return pd, shareInput{}, err
 	}
+	if isAdmin(r) {
+		return pd, shareInput{}, planAdmin(h, pub, r, &pd)
+	}
 	in, err := h.plan(pub, r, cfg, &pd)
 	return pd, in, err
 }
 
 // shareStrategy is the sharing strategy a prepared device has the plugin
-// set up, "" for none. A record of a kind this release does not know keeps
-// the MPS daemon it records inside its MIG device: reconciling must not
-// stop what a newer release's claim may use.
+// set up, "" for none (admin access sets none up). A record of a kind this
+// release does not know keeps the MPS daemon it records inside its MIG
+// device: reconciling must not stop what a newer release's claim may use.
 func shareStrategy(pd *checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy {
+	if pd.AdminAccess {
+		return "" // admin access sets no sharing up
+	}
 	if h, ok := kindHandlers[pd.Kind]; ok {
 		return h.strategy(pd)
 	}

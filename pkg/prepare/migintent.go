@@ -136,11 +136,12 @@ func (d *Engine) accountsForMIG(intent migIntent) bool {
 	return false
 }
 
-// migHeldByAnyone reports whether any entry holds an instance at m's place.
+// migHeldByAnyone reports whether any entry holds an instance at m's place
+// (admin access to it holds nothing).
 func (d *Engine) migHeldByAnyone(m *checkpoint.MigInstance) bool {
 	for _, entry := range d.cp.All() {
 		for _, pd := range entry.Devices {
-			if pd.MIG != nil && sameMIGPlace(pd.MIG, m) {
+			if pd.MIG != nil && !pd.AdminAccess && sameMIGPlace(pd.MIG, m) {
 				return true
 			}
 		}

@@ -254,7 +254,7 @@ func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
 			if pd.MIG != nil && pd.MIG.CreatedByDriver {
 				a.MIGInstances++
 			}
-			if pd.Kind == vocabulary.KindMPS && pd.GPUUUID != "" {
+			if pd.Kind == vocabulary.KindMPS && !pd.AdminAccess && pd.GPUUUID != "" {
 				mpsGPUs[pd.GPUUUID] = true
 			}
 		}
@@ -265,11 +265,12 @@ func allocations(claims []checkpoint.PreparedClaim) telemetry.Allocations {
 
 // PreparedDevices implements publisher.Prepared: the devices of the node's
 // pool that checkpointed claims hold, prepared or still being prepared.
+// Admin access holds nothing, so it withdraws nothing.
 func (d *Engine) PreparedDevices() map[string]bool {
 	out := map[string]bool{}
 	for _, c := range d.PreparedClaims() {
 		for _, pd := range c.Devices {
-			if pd.Pool == d.opts.PoolName {
+			if pd.Pool == d.opts.PoolName && !pd.AdminAccess {
 				out[pd.Device] = true
 			}
 		}

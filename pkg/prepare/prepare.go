@@ -104,6 +104,9 @@ func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 // removes the orphaned spec, as it does after a durable PrepareStarted.
 func (d *Engine) recordStart(ctx context.Context, entry *checkpoint.PreparedClaim) error {
 	for i := range entry.Devices {
+		if entry.Devices[i].AdminAccess {
+			continue // sets nothing up: the spec is all there is
+		}
 		if h, err := handlerOf(&entry.Devices[i]); err != nil || h.durableStart() {
 			return d.put(ctx, entry)
 		}

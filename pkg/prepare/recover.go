@@ -246,6 +246,7 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 				}
 			}
 			pd.GPUUUID = dev.Annotations[annotationGPU]
+			pd.AdminAccess = dev.Annotations[annotationAdminAccess] == "true"
 			if nodes := dev.Annotations[annotationDeviceNodes]; nodes != "" {
 				pd.DeviceNodes = strings.Split(nodes, ",")
 			}

@@ -168,7 +168,7 @@ func (r *run) check(afterRestart bool) []string {
 		}
 		r.checkShares(v, c, fail)
 		for _, d := range e.Devices {
-			if d.MIG != nil && !slices.Contains(v.instances, fmt.Sprintf("%s/%d", d.MIG.ParentUUID, d.MIG.GIID)) {
+			if d.MIG != nil && !d.AdminAccess && !slices.Contains(v.instances, fmt.Sprintf("%s/%d", d.MIG.ParentUUID, d.MIG.GIID)) {
 				fail("claim lost: MIG instance %d on %s of prepared claim %s is gone", d.MIG.GIID, d.MIG.ParentUUID, c.obj.Name)
 			}
 		}
@@ -191,6 +191,7 @@ func (r *run) check(afterRestart bool) []string {
 		}
 		return false
 	}
+	checkExclusive(v.cp, fail)
 	owned := map[string]string{} // MIG instance -> claim UID
 	for uid, e := range v.cp.All() {
 		if r.claims[string(uid)] == nil {
@@ -200,7 +201,7 @@ func (r *run) check(afterRestart bool) []string {
 			fail("claim %s/%s left %s after a restart", e.Namespace, e.Name, e.State)
 		}
 		for _, d := range e.Devices {
-			if d.MIG != nil {
+			if d.MIG != nil && !d.AdminAccess {
 				owned[fmt.Sprintf("%s/%d", d.MIG.ParentUUID, d.MIG.GIID)] = string(uid)
 			}
 		}

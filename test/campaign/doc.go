@@ -61,6 +61,10 @@
 //   - A claim whose prepare failed, unprepared by the kubelet, allocated
 //     again to other devices and prepared: the plugin prepares the new
 //     devices and the old ones are free.
+//   - A claim with admin access (monitoring) to a device a prepared claim
+//     holds (a held MIG device's parent GPU), or to the static MIG device
+//     (admin_test.go): it prepares beside the holder, and either may go
+//     first.
 //
 // # Invariants
 //
@@ -73,7 +77,8 @@
 // MPS share belongs to a claim the kubelet has not unprepared, no MPS
 // daemon runs without shares, no GPU keeps a time-slice level or the
 // exclusive compute mode without shares, and the static MIG instance
-// survives. After a restart, no claim is half done and a spec exists
+// survives. No device (nor share of one) is in the checkpoint for two
+// claims, unless one of them has admin access. After a restart, no claim is half done and a spec exists
 // exactly for each completed claim. The plugin serves within 30 s of each
 // start (no crash loop) and prepares a fresh claim. At the end every claim
 // is unprepared and the node must be clean: empty checkpoint, no specs, no

@@ -37,6 +37,9 @@ func (r *run) avoid() map[int]bool {
 // returns its prepare, or nil when nothing fits. The kind follows the
 // armed fault point where that matters.
 func (r *run) newAction() *action {
+	if a := r.newAdminAction(); a != nil {
+		return a
+	}
 	order := slices.Clone(kinds)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	if r.armed == prepare.FaultPrepareMIGCreated {
