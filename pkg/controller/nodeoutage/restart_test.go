@@ -127,6 +127,34 @@ func TestRestartAfterRenewal(t *testing.T) {
 	}
 }
 
+// The rule records a later renewal than the Lease in the cache shows: the
+// cache is behind (its watch, or the order of the lists at start), and no
+// renewal after the rule's happened.
+func TestRuleNewerThanCachedLease(t *testing.T) {
+	f := newFixture(t, Options{}, nodeObj(), sliceObj(), leaseObj(lastRenewal),
+		ruleFor(resourceapi.DeviceTaintEffectNoSchedule, lastRenewal.Add(10*time.Second)))
+	f.sync()
+	if got := f.effect(); got != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("rule effect %q, want the rule kept", got)
+	}
+	if evs := f.drain(); len(evs) != 0 {
+		t.Errorf("events %q, want none", evs)
+	}
+	// The cache catches up with the renewal the rule was made for: still
+	// none after it.
+	f.renew()
+	f.clock.Step(time.Second)
+	f.sync()
+	if got := f.effect(); got != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("once the cache caught up: rule effect %q, want the rule kept", got)
+	}
+	f.renew()
+	f.sync()
+	if got := f.effect(); got != "" {
+		t.Errorf("after a renewal: rule effect %q, want none", got)
+	}
+}
+
 // Two leaders for a moment: this controller first saw the Lease fresh,
 // then the rule the other one made for that very renewal arrives. It is
 // kept: no renewal happened since it was made.

@@ -34,10 +34,12 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 	nodeObj := get[corev1.Node](c.nodes, node)
 	if nodeObj == nil {
 		c.forget(node)
+		c.judgeMassLapse(ctx, c.opts.Clock.Now())
 		return 0, errors.Join(c.deleteRule(ctx, node, rule, "node deleted"), c.deleteLease(ctx, lease, "node deleted"))
 	}
 	if lease == nil {
 		c.forget(node)
+		c.judgeMassLapse(ctx, c.opts.Clock.Now())
 		return 0, c.deleteRule(ctx, node, rule, "no heartbeat Lease")
 	}
 	now := c.opts.Clock.Now()
@@ -85,6 +87,13 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 		c.holdBack(node, false)
 	}
 	want := c.desired(node, lease, effect, mass)
+	if rule != nil && madeFor(rule, renewalOf(lease), false) {
+		// Never record an older renewal than the rule does (the cache
+		// may be behind): it would be lifted once the cache catches up.
+		for _, k := range []string{vocabulary.AnnotationOutageRenewTime, vocabulary.AnnotationOutageHolder} {
+			want.Annotations[k] = rule.Annotations[k]
+		}
+	}
 	if err := c.ensureRule(ctx, node, rule, want); err != nil {
 		return 0, err
 	}
@@ -108,16 +117,29 @@ func (c *Controller) observe(node string, lease *coordinationv1.Lease, rule *res
 	if !ok || o.renewal != r {
 		o = observation{renewal: r, at: now}
 	}
-	if lapsed := now.Add(-c.opts.GracePeriod); rule != nil && o.at.After(lapsed) {
-		renewTime, recorded := rule.Annotations[vocabulary.AnnotationOutageRenewTime]
-		// A rule without the record predates it: it is trusted for the
-		// renewal first seen, and ensureRule records that.
-		if recorded && renewTime == r.renewTime && rule.Annotations[vocabulary.AnnotationOutageHolder] == r.holder || !recorded && !ok {
-			o.at = lapsed
-		}
+	if lapsed := now.Add(-c.opts.GracePeriod); rule != nil && o.at.After(lapsed) && madeFor(rule, r, !ok) {
+		o.at = lapsed
 	}
 	c.seen[node] = o
 	return o.at
+}
+
+// madeFor reports whether rule was made for renewal r or a later one: no
+// renewal happened since. A later one means the Lease in the cache is older
+// than the rule (a watch behind at start). A rule without the record
+// predates it: it is trusted for the renewal first seen, and ensureRule
+// records that.
+func madeFor(rule *resourceapi.DeviceTaintRule, r renewal, firstSeen bool) bool {
+	renewTime, recorded := rule.Annotations[vocabulary.AnnotationOutageRenewTime]
+	if !recorded {
+		return firstSeen
+	}
+	if renewTime == r.renewTime && rule.Annotations[vocabulary.AnnotationOutageHolder] == r.holder {
+		return true
+	}
+	made, err := time.Parse(metav1.RFC3339Micro, renewTime)
+	seen, serr := time.Parse(metav1.RFC3339Micro, r.renewTime)
+	return err == nil && (r.renewTime == "" || serr == nil && made.After(seen))
 }
 
 // renewalOf is the Lease's last renewal, as a rule records it.
