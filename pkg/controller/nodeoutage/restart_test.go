@@ -155,6 +155,18 @@ func TestRuleNewerThanCachedLease(t *testing.T) {
 	}
 }
 
+// A rule made for another holder's renewal: another plugin process renewed
+// since, even if its renewTime is not later (its node's clock went back).
+func TestRuleForAnotherHolder(t *testing.T) {
+	rule := ruleFor(resourceapi.DeviceTaintEffectNoSchedule, lastRenewal.Add(time.Hour))
+	rule.Annotations[vocabulary.AnnotationOutageHolder] = "plugin-old"
+	f := newFixture(t, Options{}, nodeObj(), sliceObj(), leaseObj(lastRenewal), rule)
+	f.sync()
+	if got := f.effect(); got != "" {
+		t.Errorf("rule effect %q, want the rule lifted", got)
+	}
+}
+
 // Two leaders for a moment: this controller first saw the Lease fresh,
 // then the rule the other one made for that very renewal arrives. It is
 // kept: no renewal happened since it was made.

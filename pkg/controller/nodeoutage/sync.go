@@ -124,17 +124,21 @@ func (c *Controller) observe(node string, lease *coordinationv1.Lease, rule *res
 	return o.at
 }
 
-// madeFor reports whether rule was made for renewal r or a later one: no
-// renewal happened since. A later one means the Lease in the cache is older
-// than the rule (a watch behind at start). A rule without the record
-// predates it: it is trusted for the renewal first seen, and ensureRule
-// records that.
+// madeFor reports whether rule was made for renewal r or a later one of the
+// same holder: no renewal happened since. A later one means the Lease in
+// the cache is older than the rule (its watch is behind another leader's).
+// Another holder is another plugin process: a renewal, whatever its node's
+// clock says. A rule without the record predates it: it is trusted for the
+// renewal first seen, and ensureRule records that.
 func madeFor(rule *resourceapi.DeviceTaintRule, r renewal, firstSeen bool) bool {
 	renewTime, recorded := rule.Annotations[vocabulary.AnnotationOutageRenewTime]
 	if !recorded {
 		return firstSeen
 	}
-	if renewTime == r.renewTime && rule.Annotations[vocabulary.AnnotationOutageHolder] == r.holder {
+	if rule.Annotations[vocabulary.AnnotationOutageHolder] != r.holder {
+		return false
+	}
+	if renewTime == r.renewTime {
 		return true
 	}
 	made, err := time.Parse(metav1.RFC3339Micro, renewTime)
