@@ -1,8 +1,13 @@
 package chart
 
 import (
+	"reflect"
 	"strings"
 	"testing"
+
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -38,7 +43,7 @@ func TestOutageRenders(t *testing.T) {
 				"--outage-taints=true", "--outage-grace-period=40s", "--outage-noexecute-after=0s", "resources: [devicetaintrules]",
 				"verbs: [list, watch, delete]",
 				"--outage-mass-lapse-threshold=0.55", "--outage-mass-lapse-min-nodes=3", "--outage-mass-lapse-taint=true",
-				heartbeatPriorityLevel, heartbeatPriorityLevelSpec, heartbeatFlowSchema},
+				"kind: FlowSchema", "kind: PriorityLevelConfiguration"},
 		},
 		"no heartbeat": {
 			sets:    []string{"kubeletPlugin.heartbeatPeriod=0s"},
@@ -84,37 +89,46 @@ func TestOutageRenders(t *testing.T) {
 	}
 }
 
-// The heartbeat's level and schema as rendered with the defaults: Limited,
-// a small share, nothing lent or borrowed; the plugin's service account's
-// Lease requests in the release namespace only.
-const (
-	heartbeatPriorityLevel = `kind: PriorityLevelConfiguration
-metadata:
-  name: rel-gpu-dra-driver-heartbeat
-  labels:`
-	heartbeatPriorityLevelSpec = `spec:
-  type: Limited
-  limited:
-    nominalConcurrencyShares: 5
-    lendablePercent: 0
-    borrowingLimitPercent: 0
-`
-	heartbeatFlowSchema = `spec:
-  priorityLevelConfiguration:
-    name: rel-gpu-dra-driver-heartbeat
-  matchingPrecedence: 1000
-  distinguisherMethod:
-    type: ByUser
-  rules:
-  - subjects:
-    - kind: ServiceAccount
-      serviceAccount:
-        name: rel-gpu-dra-driver-kubelet-plugin
-        namespace: ns
-    resourceRules:
-    - apiGroups: [coordination.k8s.io]
-      resources: [leases]
-      verbs: [get, create, update, patch]
-      namespaces: [ns]
-`
-)
+// The heartbeat's priority level and FlowSchema, decoded strictly as the API
+// types: the schema sends the plugin service account's Lease requests in
+// the release namespace, and nothing else, to a Limited level that lends
+// and borrows nothing.
+func TestHeartbeatPriorityRenders(t *testing.T) {
+	out, err := helm(t, "template", "rel", chartDir, "-n", "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs flowcontrolv1.FlowSchema
+	var pl flowcontrolv1.PriorityLevelConfiguration
+	for _, doc := range strings.Split(out, "\n---") {
+		var into any
+		switch {
+		case strings.Contains(doc, "\nkind: FlowSchema\n"):
+			into = &fs
+		case strings.Contains(doc, "\nkind: PriorityLevelConfiguration\n"):
+			into = &pl
+		default:
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+			t.Fatalf("%v in:\n%s", err, doc)
+		}
+	}
+	if pl.Name == "" || fs.Name == "" {
+		t.Fatalf("no heartbeat FlowSchema (%q) or PriorityLevelConfiguration (%q)", fs.Name, pl.Name)
+	}
+	if l := pl.Spec.Limited; pl.Spec.Type != flowcontrolv1.PriorityLevelEnablementLimited || l == nil || ptr.Deref(l.NominalConcurrencyShares, 0) != 5 ||
+		ptr.Deref(l.LendablePercent, -1) != 0 || ptr.Deref(l.BorrowingLimitPercent, -1) != 0 {
+		t.Errorf("priority level %s: %+v, want Limited, 5 shares, nothing lent or borrowed", pl.Name, pl.Spec)
+	}
+	sa := pluginDaemonSet(t, out).Spec.Template.Spec.ServiceAccountName
+	want := []flowcontrolv1.PolicyRulesWithSubjects{{
+		Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount,
+			ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Name: sa, Namespace: "ns"}}},
+		ResourceRules: []flowcontrolv1.ResourcePolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "create", "update", "patch"}, Namespaces: []string{"ns"}}},
+	}}
+	if fs.Spec.PriorityLevelConfiguration.Name != pl.Name || fs.Spec.MatchingPrecedence != 1000 || !reflect.DeepEqual(fs.Spec.Rules, want) {
+		t.Errorf("FlowSchema %s: %+v, want level %s, precedence 1000, rules %+v", fs.Name, fs.Spec, pl.Name, want)
+	}
+}
