@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -99,14 +101,19 @@ func TestHeartbeatPriorityLevel(t *testing.T) {
 		}
 	}
 
-	lease, err := leases.Get(ctx, vocabulary.HeartbeatLeaseName(env.node), metav1.GetOptions{})
+	// A renewal, dry run: admitted (its own node's Lease) and classified. The
+	// plugin renews too: a conflict is retried with the Lease read again.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, vocabulary.HeartbeatLeaseName(env.node), metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+		classified("get of the heartbeat Lease", true)
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 	if err != nil {
-		t.Fatalf("get the heartbeat Lease as the plugin: %v", err)
-	}
-	classified("get of the heartbeat Lease", true)
-	// A renewal, dry run: admitted (its own node's Lease) and classified.
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-		t.Fatalf("update the heartbeat Lease as the plugin (dry run): %v", err)
+		t.Fatalf("renew the heartbeat Lease as the plugin (dry run): %v", err)
 	}
 	classified("update of the heartbeat Lease", true)
 	// The plugin's other requests keep their usual level.
