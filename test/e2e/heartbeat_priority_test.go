@@ -60,10 +60,11 @@ func TestHeartbeatPriorityLevel(t *testing.T) {
 	fs := &fss.Items[0]
 	// The API server's config controller reports whether the level exists.
 	err = poll(ctx, func(ctx context.Context) (bool, error) {
-		fs, err = c.FlowcontrolV1().FlowSchemas().Get(ctx, fs.Name, metav1.GetOptions{})
+		got, err := c.FlowcontrolV1().FlowSchemas().Get(ctx, fs.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
+		fs = got
 		for _, cond := range fs.Status.Conditions {
 			if cond.Type == flowcontrolv1.FlowSchemaConditionDangling {
 				return cond.Status == flowcontrolv1.ConditionFalse, nil
