@@ -57,6 +57,11 @@ type Config struct {
 	Outage               bool
 	OutageGracePeriod    time.Duration
 	OutageNoExecuteAfter time.Duration
+	// OutageMassLapse* hold escalation back when many nodes lapse at once
+	// (nodeoutage.Options.MassLapse*).
+	OutageMassLapseThreshold float64
+	OutageMassLapseMinNodes  int
+	OutageMassLapseTaint     bool
 
 	LeaderElection LeaderElectionConfig
 
@@ -143,6 +148,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"deleted when it serves again (leader only; needs resource.k8s.io/v1 DeviceTaintRules, Kubernetes 1.37+: without them the controller logs that outage taints are unavailable and carries on).")
 	fs.DurationVar(&c.OutageGracePeriod, "outage-grace-period", nodeoutage.DefaultGracePeriod, "How long a node's heartbeat Lease may go unrenewed, on the controller's clock, before the node's devices are tainted NoSchedule.")
 	fs.DurationVar(&c.OutageNoExecuteAfter, "outage-noexecute-after", 0, "When positive (at least --outage-grace-period): how long a heartbeat Lease may go unrenewed before the taint becomes NoExecute and the pods using the node's devices are evicted. 0: never.")
+	fs.Float64Var(&c.OutageMassLapseThreshold, "outage-mass-lapse-threshold", nodeoutage.DefaultMassLapseThreshold, "Share (0 < x <= 1) of the nodes with a heartbeat Lease that, lapsed at once (and at least --outage-mass-lapse-min-nodes of them), "+
+		"is a mass lapse: blamed on the API server or the controller rather than the plugins, so no taint becomes NoExecute (existing NoExecute ones go back to NoSchedule) until fewer are lapsed.")
+	fs.IntVar(&c.OutageMassLapseMinNodes, "outage-mass-lapse-min-nodes", nodeoutage.DefaultMassLapseMinNodes, "Fewest lapsed nodes that make a mass lapse (at least 1).")
+	fs.BoolVar(&c.OutageMassLapseTaint, "outage-mass-lapse-taint", true, "During a mass lapse, still taint newly lapsed nodes NoSchedule; false: taint none until the mass lapse is over.")
 
 	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", true, "Elect a leader (Lease in --namespace) to run the node label and DeviceClass controllers; turn off only with a single replica.")
 	fs.StringVar(&c.LeaderElection.LeaseName, "leader-elect-lease-name", "gpu-dra-controller", "Name of the leader election Lease.")
@@ -171,6 +180,12 @@ func (c *Config) Validate() error {
 		}
 		if c.OutageNoExecuteAfter < 0 || c.OutageNoExecuteAfter > 0 && c.OutageNoExecuteAfter < c.OutageGracePeriod {
 			errs = append(errs, fmt.Errorf("--outage-noexecute-after (%v) must be 0 or at least --outage-grace-period (%v)", c.OutageNoExecuteAfter, c.OutageGracePeriod))
+		}
+		if !(c.OutageMassLapseThreshold > 0 && c.OutageMassLapseThreshold <= 1) {
+			errs = append(errs, fmt.Errorf("--outage-mass-lapse-threshold (%v) must be a share in (0, 1]", c.OutageMassLapseThreshold))
+		}
+		if c.OutageMassLapseMinNodes < 1 {
+			errs = append(errs, fmt.Errorf("--outage-mass-lapse-min-nodes (%d) must be at least 1", c.OutageMassLapseMinNodes))
 		}
 	}
 	if c.Webhook.Enabled {

@@ -334,6 +334,7 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 		c, err := nodeoutage.New(client, slices, nodeoutage.Options{
 			DriverName: cfg.DriverName, Namespace: cfg.Namespace, Metrics: m,
 			GracePeriod: cfg.OutageGracePeriod, NoExecuteAfter: cfg.OutageNoExecuteAfter,
+			MassLapseThreshold: cfg.OutageMassLapseThreshold, MassLapseMinNodes: cfg.OutageMassLapseMinNodes, MassLapseTaint: cfg.OutageMassLapseTaint,
 		})
 		if err != nil {
 			return err

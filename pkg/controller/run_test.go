@@ -65,6 +65,10 @@ func TestValidate(t *testing.T) {
 		"outage taints need a namespace": {args: []string{"--leader-elect=false", "--tls-cert-file=c", "--tls-key-file=k"}, wantErr: "--namespace is required for --outage-taints"},
 		"outage grace zero":              {args: []string{"--namespace=gpu", "--outage-grace-period=0s"}, wantErr: "--outage-grace-period"},
 		"noexecute before noschedule":    {args: []string{"--namespace=gpu", "--outage-noexecute-after=10s"}, wantErr: "--outage-noexecute-after (10s) must be 0 or at least --outage-grace-period (40s)"},
+		"mass lapse threshold zero":      {args: []string{"--namespace=gpu", "--outage-mass-lapse-threshold=0"}, wantErr: "--outage-mass-lapse-threshold (0) must be a share in (0, 1]"},
+		"mass lapse threshold over one":  {args: []string{"--namespace=gpu", "--outage-mass-lapse-threshold=1.5"}, wantErr: "--outage-mass-lapse-threshold (1.5)"},
+		"mass lapse no nodes":            {args: []string{"--namespace=gpu", "--outage-mass-lapse-min-nodes=0"}, wantErr: "--outage-mass-lapse-min-nodes (0) must be at least 1"},
+		"mass lapse whole cluster":       {args: []string{"--namespace=gpu", "--outage-mass-lapse-threshold=1", "--outage-mass-lapse-min-nodes=1", "--outage-mass-lapse-taint=false"}},
 		"noexecute later":                {args: []string{"--namespace=gpu", "--outage-noexecute-after=10m"}},
 		"only MIG profile classes":       {args: []string{"--namespace=gpu", "--webhook=false", "--node-labels=false", "--outage-taints=false", "--mig-profile-device-classes"}},
 	}

@@ -22,6 +22,12 @@ const (
 	// a claim tolerates it with key gpu.dra.dev/outage.
 	OutageTaintKey   = DriverName + "/outage"
 	OutageTaintValue = "plugin-not-serving"
+	// AnnotationOutageRenewTime and AnnotationOutageHolder record on an
+	// outage rule the heartbeat Lease's renewTime (RFC 3339, microseconds;
+	// "" when never renewed) and holder it was made for: a restarted or newly
+	// elected controller keeps the rule until the Lease shows another renewal.
+	AnnotationOutageRenewTime = DriverName + "/outage-lease-renew-time"
+	AnnotationOutageHolder    = DriverName + "/outage-lease-holder"
 )
 
 // HeartbeatLeaseName is the name of node's heartbeat Lease. A node name is

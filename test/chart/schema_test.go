@@ -35,6 +35,18 @@ func TestSchemaRefusesMistypedValues(t *testing.T) {
 			args: []string{"--set-string", "kubeletPlugin.devicePluginCheckPeriod=10"},
 			want: []string{"at '/kubeletPlugin/devicePluginCheckPeriod'", "does not match pattern"},
 		},
+		"mass lapse threshold zero": {
+			args: []string{"--set", "controller.outage.massLapse.threshold=0"},
+			want: []string{"at '/controller/outage/massLapse/threshold'"},
+		},
+		"mass lapse threshold over one": {
+			args: []string{"--set", "controller.outage.massLapse.threshold=1.5"},
+			want: []string{"at '/controller/outage/massLapse/threshold'"},
+		},
+		"heartbeat priority without shares": {
+			args: []string{"--set", "kubeletPlugin.heartbeatPriority.nominalConcurrencyShares=0"},
+			want: []string{"at '/kubeletPlugin/heartbeatPriority/nominalConcurrencyShares'"},
+		},
 		"mistyped top-level key": {
 			args: []string{"--set", "driverNmae=gpu.example.com"},
 			want: []string{"'driverNmae' not allowed"},

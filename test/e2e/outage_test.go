@@ -78,7 +78,9 @@ func processState(pid int) string {
 // GPU pods there to hang in ContainerCreating. Its heartbeat Lease lapses,
 // dra-controller taints the node's devices (DeviceTaintRule), and a new GPU
 // pod stays Pending, unscheduled; a GPU pod that ran before runs on
-// untouched. SIGCONT: the plugin renews, the rule goes, the new pod runs.
+// untouched. Every dra-controller pod is deleted: the new leader keeps the
+// rule (no renewal happened). SIGCONT: the plugin renews, the rule goes, the
+// new pod runs.
 //
 // The liveness probe would restart a stopped plugin after its failure
 // threshold (~30s with the chart's defaults), ending the outage on its own
@@ -165,6 +167,7 @@ func TestOutage(t *testing.T) {
 		t.Errorf("the new GPU pod was scheduled to the stopped plugin's node: %v, node %q, phase %s", err, pod.Spec.NodeName, pod.Status.Phase)
 	}
 	checkUntouched(t, ctx, before, "while the plugin is stopped")
+	restartKeepsRule(t, ctx, rule)
 
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatalf("SIGCONT the plugin: %v", err)
@@ -290,4 +293,53 @@ func nodeEvent(ctx context.Context, reason string) string {
 		return ""
 	}
 	return evs.Items[len(evs.Items)-1].Message
+}
+
+// restartKeepsRule deletes every dra-controller pod while the plugin does not
+// serve: the new leader finds the rule made for the Lease's last renewal and
+// keeps it, the same object, and records no GPUPluginServing event.
+func restartKeepsRule(t *testing.T, ctx context.Context, rule *resourceapi.DeviceTaintRule) {
+	t.Helper()
+	c := env.cluster.Client
+	selector := "app.kubernetes.io/component=controller,app.kubernetes.io/instance=" + env.release
+	pods, err := c.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("no dra-controller pods (%s): %v", selector, err)
+	}
+	restarted := time.Now()
+	for _, p := range pods.Items {
+		if err := c.CoreV1().Pods(env.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete dra-controller pod %s: %v", p.Name, err)
+		}
+	}
+	waitController(t, ctx)
+	// The new leader takes the election Lease (at most its duration, 15s),
+	// syncs its caches and judges every node at once; a grace period more
+	// lets a wrongly counted fresh Lease lapse again.
+	time.Sleep(15*time.Second + outageGrace)
+	after, err := c.ResourceV1().DeviceTaintRules().Get(ctx, rule.Name, metav1.GetOptions{})
+	if err != nil || after.UID != rule.UID {
+		t.Errorf("after a dra-controller restart the rule %s is not the one made before (%v): lifted and made again, or gone", rule.Name, err)
+		return
+	}
+	evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + env.node + ",reason=GPUPluginServing",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs.Items {
+		last := ev.LastTimestamp.Time
+		if ev.Series != nil && ev.Series.LastObservedTime.After(last) {
+			last = ev.Series.LastObservedTime.Time
+		}
+		if ev.EventTime.After(last) {
+			last = ev.EventTime.Time
+		}
+		if last.After(restarted) {
+			t.Errorf("GPUPluginServing after the restart, with the plugin still stopped: %s", ev.Message)
+		}
+	}
+	t.Logf("dra-controller restarted: rule %s kept (%s=%s:%s, made for renewal %s)", rule.Name, after.Spec.Taint.Key, after.Spec.Taint.Value,
+		after.Spec.Taint.Effect, after.Annotations[vocabulary.AnnotationOutageRenewTime])
 }

@@ -23,17 +23,22 @@ const nodeNameExtra = "authentication.kubernetes.io/node-name"
 // credential of a pod on node (empty: a token bound to no node).
 func pluginClient(t *testing.T, node string) kubernetes.Interface {
 	t.Helper()
+	c, err := kubernetes.NewForConfig(pluginConfig(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// pluginConfig is the client config of pluginClient.
+func pluginConfig(node string) *rest.Config {
 	cfg := rest.CopyConfig(env.cluster.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + env.namespace + ":" + env.pluginSA}
 	cfg.Impersonate.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:" + env.namespace, "system:authenticated"}
 	if node != "" {
 		cfg.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
 	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cfg
 }
 
 func slice(name, node string) *resourceapi.ResourceSlice {

@@ -60,6 +60,12 @@ type Metrics struct {
 	// OutageTaintChanges counts outage DeviceTaintRules created, updated
 	// and deleted.
 	OutageTaintChanges *metrics.CounterVec
+	// OutageMassLapse is 1 while so many nodes' heartbeats lapsed at once
+	// that the controller holds escalation back (no NoExecute), else 0.
+	OutageMassLapse *metrics.Gauge
+	// OutageLapsedNodes is the number of nodes whose heartbeat Lease is
+	// lapsed, tainted or held back.
+	OutageLapsedNodes *metrics.Gauge
 }
 
 // New creates the metrics, unregistered.
@@ -126,6 +132,18 @@ func New() *Metrics {
 			Help:           "Outage DeviceTaintRules created, updated or deleted, by action.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"action"}),
+		OutageMassLapse: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name:           "outage_mass_lapse",
+			Help:           "1 while the share of nodes with a lapsed heartbeat Lease is at or over the mass lapse threshold: no NoExecute outage taints, and no new taints at all unless configured.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		OutageLapsedNodes: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name:           "outage_lapsed_nodes",
+			Help:           "Nodes whose kubelet plugin's heartbeat Lease has gone unrenewed for the grace period, tainted or held back.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
@@ -142,7 +160,7 @@ func (m *Metrics) MustRegister(r Registerer) {
 		m.NodeLabelsWritten, m.NodeLabelErrors,
 		m.ModelClassChanges,
 		m.ServingCertExpiry, m.CertRotations,
-		m.OutageTaintsAvailable, m.OutageTaintedNodes, m.OutageTaintChanges,
+		m.OutageTaintsAvailable, m.OutageTaintedNodes, m.OutageTaintChanges, m.OutageMassLapse, m.OutageLapsedNodes,
 	)
 }
 

@@ -37,6 +37,11 @@ const (
 	// DefaultDiscoveryInterval is how often the controller asks again
 	// whether the API server serves DeviceTaintRules.
 	DefaultDiscoveryInterval = time.Minute
+	// DefaultMassLapseThreshold and DefaultMassLapseMinNodes are the node
+	// lifecycle controller's unhealthy zone defaults
+	// (--unhealthy-zone-threshold 0.55, more than two nodes).
+	DefaultMassLapseThreshold = 0.55
+	DefaultMassLapseMinNodes  = 3
 )
 
 // Options configure the Controller.
@@ -51,6 +56,16 @@ type Options struct {
 	// the Lease has gone unrenewed that long (at least GracePeriod): the
 	// pods using the node's devices are evicted. 0: never.
 	NoExecuteAfter time.Duration
+	// MassLapseThreshold (0 < t <= 1) and MassLapseMinNodes (>= 1): when at
+	// least that share of the nodes with a heartbeat Lease, and at least
+	// that many, are lapsed at once, the cause is more likely the API server
+	// or this controller than every plugin: escalation stops (no NoExecute,
+	// existing NoExecute rules go back to NoSchedule) until fewer are.
+	MassLapseThreshold float64
+	MassLapseMinNodes  int
+	// MassLapseTaint: during a mass lapse, newly lapsed nodes are still
+	// tainted NoSchedule; false: they are not tainted at all.
+	MassLapseTaint bool
 	// DiscoveryInterval: see DefaultDiscoveryInterval.
 	DiscoveryInterval time.Duration
 	Clock             clock.PassiveClock
@@ -78,12 +93,21 @@ type Controller struct {
 	seen map[string]observation
 	// tainted is the set of nodes with a rule, for the gauge.
 	tainted map[string]bool
+	// massLapse is the last judgement of judgeMassLapse; heldBack are the
+	// nodes whose taint it holds back (one event each).
+	massLapse bool
+	heldBack  map[string]bool
 }
 
+// observation is a renewal of a node's Lease and when (controller clock)
+// it was first seen, or since when it counts as lapsed.
 type observation struct {
-	renewTime time.Time
-	at        time.Time
+	renewal renewal
+	at      time.Time
 }
+
+// renewal identifies one renewal of a heartbeat Lease.
+type renewal struct{ renewTime, holder string }
 
 // eventSource is the reporting controller of the Node events.
 const eventSource = "gpu-dra-controller"
@@ -105,6 +129,10 @@ func New(client kubernetes.Interface, sliceInformer resourceinformers.ResourceSl
 		return nil, fmt.Errorf("node outage: grace period %s must be positive", opts.GracePeriod)
 	case opts.NoExecuteAfter < 0 || opts.NoExecuteAfter > 0 && opts.NoExecuteAfter < opts.GracePeriod:
 		return nil, fmt.Errorf("node outage: NoExecute after %s must be 0 (never) or at least the grace period %s", opts.NoExecuteAfter, opts.GracePeriod)
+	case !(opts.MassLapseThreshold > 0 && opts.MassLapseThreshold <= 1):
+		return nil, fmt.Errorf("node outage: mass lapse threshold %v must be a share in (0, 1]", opts.MassLapseThreshold)
+	case opts.MassLapseMinNodes < 1:
+		return nil, fmt.Errorf("node outage: mass lapse minimum of nodes %d must be at least 1", opts.MassLapseMinNodes)
 	}
 	if opts.DiscoveryInterval <= 0 {
 		opts.DiscoveryInterval = DefaultDiscoveryInterval
@@ -114,7 +142,7 @@ func New(client kubernetes.Interface, sliceInformer resourceinformers.ResourceSl
 	}
 	c := &Controller{
 		client: client, opts: opts, metrics: metrics.OrNew(opts.Metrics),
-		seen: map[string]observation{}, tainted: map[string]bool{},
+		seen: map[string]observation{}, tainted: map[string]bool{}, heldBack: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu_dra_node_outage"}),
 		sliceInformer: sliceInformer.Informer(),
@@ -161,8 +189,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return fmt.Errorf("node outage: caches not synced: %w", context.Cause(ctx))
 	}
 	logger.Info("Tainting the devices of nodes whose plugin does not serve", "driver", c.opts.DriverName,
-		"leaseNamespace", c.opts.Namespace, "gracePeriod", c.opts.GracePeriod, "noExecuteAfter", c.opts.NoExecuteAfter)
-	for _, node := range c.knownNodes() {
+		"leaseNamespace", c.opts.Namespace, "gracePeriod", c.opts.GracePeriod, "noExecuteAfter", c.opts.NoExecuteAfter,
+		"massLapseThreshold", c.opts.MassLapseThreshold, "massLapseMinNodes", c.opts.MassLapseMinNodes, "massLapseTaint", c.opts.MassLapseTaint)
+	for _, node := range c.prime() {
 		c.queue.Add(node)
 	}
 	for range max(workers, 1) {
@@ -305,6 +334,20 @@ func nodeName(obj any) (any, error) {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}, nil
 	}
 	return obj, nil
+}
+
+// prime observes every Lease before the first Sync, so that the share of
+// lapsed nodes is judged over all of them from the start (a restart must
+// not see a mass lapse in the first few nodes it syncs). It returns the
+// nodes with a Lease or a rule.
+func (c *Controller) prime() []string {
+	now := c.opts.Clock.Now()
+	for _, obj := range c.leases.List() {
+		if n := leaseNode(obj); n != "" {
+			c.observe(n, obj.(*coordinationv1.Lease), get[resourceapi.DeviceTaintRule](c.rules, vocabulary.OutageRuleName(n)), now)
+		}
+	}
+	return c.knownNodes()
 }
 
 // knownNodes are the nodes with a Lease or a rule.

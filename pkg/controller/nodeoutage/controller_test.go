@@ -33,13 +33,17 @@ const (
 	grace = 40 * time.Second
 )
 
-func nodeObj() *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}} }
+func nodeObj() *corev1.Node { return nodeNamed(node) }
 
-func sliceObj() *resourceapi.ResourceSlice {
+func nodeNamed(n string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}} }
+
+func sliceObj() *resourceapi.ResourceSlice { return sliceNamed(node) }
+
+func sliceNamed(n string) *resourceapi.ResourceSlice {
 	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.dra.dev-abcde"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: vocabulary.DriverName, NodeName: ptr.To(node),
-			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
+		ObjectMeta: metav1.ObjectMeta{Name: n + "-gpu.dra.dev-abcde"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: vocabulary.DriverName, NodeName: ptr.To(n),
+			Pool: resourceapi.ResourcePool{Name: n, ResourceSliceCount: 1}},
 	}
 }
 
@@ -53,9 +57,11 @@ func otherDriverSlice() *resourceapi.ResourceSlice {
 
 // leaseObj was renewed at renewed (the plugin's clock, which the
 // controller does not compare with its own).
-func leaseObj(renewed time.Time) *coordinationv1.Lease {
+func leaseObj(renewed time.Time) *coordinationv1.Lease { return leaseNamed(node, renewed) }
+
+func leaseNamed(n string, renewed time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: vocabulary.HeartbeatLeaseName(node), Namespace: ns,
+		ObjectMeta: metav1.ObjectMeta{Name: vocabulary.HeartbeatLeaseName(n), Namespace: ns,
 			Labels: map[string]string{vocabulary.LabelHeartbeat: "true"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("plugin-abc"), RenewTime: ptr.To(metav1.NewMicroTime(renewed))},
 	}
@@ -112,6 +118,9 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = grace
 	}
+	if opts.MassLapseThreshold == 0 {
+		opts.MassLapseThreshold, opts.MassLapseMinNodes = DefaultMassLapseThreshold, DefaultMassLapseMinNodes
+	}
 	sliceFactory := driverSlices(client)
 	c, err := New(client, sliceFactory.Resource().V1().ResourceSlices(), opts)
 	if err != nil {
@@ -137,6 +146,7 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 			t.Fatal("caches not synced")
 		}
 	}
+	c.prime() // as Run does once the caches are synced
 	return &fixture{t: t, client: client, clock: clk, c: c, reg: reg, events: rec.Events}
 }
 
@@ -152,21 +162,44 @@ func (f *fixture) settle() {
 			}
 			return apiequality.Semantic.DeepEqual(obj, cached)
 		}
-		l, lerr := f.client.CoordinationV1().Leases(ns).Get(ctx, vocabulary.HeartbeatLeaseName(node), metav1.GetOptions{})
-		r, rerr := f.client.ResourceV1().DeviceTaintRules().Get(ctx, vocabulary.OutageRuleName(node), metav1.GetOptions{})
-		cl, lok, lcerr := f.c.leases.GetByKey(ns + "/" + vocabulary.HeartbeatLeaseName(node))
-		cr, rok, rcerr := f.c.rules.GetByKey(vocabulary.OutageRuleName(node))
-		return same(l, lerr, cl, lok, lcerr) && same(r, rerr, cr, rok, rcerr), nil
+		for _, n := range f.nodes() {
+			l, lerr := f.client.CoordinationV1().Leases(ns).Get(ctx, vocabulary.HeartbeatLeaseName(n), metav1.GetOptions{})
+			r, rerr := f.client.ResourceV1().DeviceTaintRules().Get(ctx, vocabulary.OutageRuleName(n), metav1.GetOptions{})
+			cl, lok, lcerr := f.c.leases.GetByKey(ns + "/" + vocabulary.HeartbeatLeaseName(n))
+			cr, rok, rcerr := f.c.rules.GetByKey(vocabulary.OutageRuleName(n))
+			if !same(l, lerr, cl, lok, lcerr) || !same(r, rerr, cr, rok, rcerr) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		f.t.Fatal("caches did not catch up with the API server")
 	}
 }
 
-func (f *fixture) sync() time.Duration {
+// nodes are the names of the Node objects in the API server.
+func (f *fixture) nodes() []string {
+	f.t.Helper()
+	list, err := f.client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := []string{node} // also after its deletion
+	for _, n := range list.Items {
+		if n.Name != node {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+func (f *fixture) sync() time.Duration { f.t.Helper(); return f.syncNode(node) }
+
+func (f *fixture) syncNode(n string) time.Duration {
 	f.t.Helper()
 	f.settle()
-	recheck, err := f.c.Sync(context.Background(), node)
+	recheck, err := f.c.Sync(context.Background(), n)
 	if err != nil {
 		f.t.Fatalf("Sync: %v", err)
 	}
@@ -175,10 +208,12 @@ func (f *fixture) sync() time.Duration {
 }
 
 // renew writes a new renewTime, as the plugin does.
-func (f *fixture) renew() {
+func (f *fixture) renew() { f.t.Helper(); f.renewNode(node) }
+
+func (f *fixture) renewNode(n string) {
 	f.t.Helper()
 	ctx := context.Background()
-	l, err := f.client.CoordinationV1().Leases(ns).Get(ctx, vocabulary.HeartbeatLeaseName(node), metav1.GetOptions{})
+	l, err := f.client.CoordinationV1().Leases(ns).Get(ctx, vocabulary.HeartbeatLeaseName(n), metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -189,9 +224,11 @@ func (f *fixture) renew() {
 }
 
 // effect is the node's rule's effect, "" without one.
-func (f *fixture) effect() resourceapi.DeviceTaintEffect {
+func (f *fixture) effect() resourceapi.DeviceTaintEffect { f.t.Helper(); return f.effectOf(node) }
+
+func (f *fixture) effectOf(n string) resourceapi.DeviceTaintEffect {
 	f.t.Helper()
-	r, err := f.client.ResourceV1().DeviceTaintRules().Get(context.Background(), vocabulary.OutageRuleName(node), metav1.GetOptions{})
+	r, err := f.client.ResourceV1().DeviceTaintRules().Get(context.Background(), vocabulary.OutageRuleName(n), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return ""
 	}
@@ -256,14 +293,19 @@ func TestSync(t *testing.T) {
 			steps: []step{{}},
 		},
 		"plugin removed from the node: no slices, rule and Lease cleaned up": {
-			objs: []runtime.Object{nodeObj(), leaseObj(skewed), ruleObj(resourceapi.DeviceTaintEffectNoSchedule)},
+			objs: []runtime.Object{nodeObj(), leaseObj(skewed)},
 			steps: []step{
-				{wantLease: true}, // within the grace period: the rule goes, the Lease stays
+				{wantLease: true}, // within the grace period: the Lease stays
 				{advance: grace + time.Second},
 			},
 		},
+		"plugin removed, with a rule: cleaned up at once": {
+			// The rule was made for the Lease's last renewal: lapsed already.
+			objs:  []runtime.Object{nodeObj(), leaseObj(skewed), ruleObj(resourceapi.DeviceTaintEffectNoSchedule)},
+			steps: []step{{}},
+		},
 		"plugin removed, another driver's slice in the pool: cleaned up": {
-			objs: []runtime.Object{nodeObj(), otherDriverSlice(), leaseObj(skewed), ruleObj(resourceapi.DeviceTaintEffectNoSchedule)},
+			objs: []runtime.Object{nodeObj(), otherDriverSlice(), leaseObj(skewed)},
 			steps: []step{
 				{wantLease: true},
 				{advance: grace + time.Second},
@@ -355,7 +397,7 @@ func TestRunWithoutTheAPI(t *testing.T) {
 	m.MustRegister(reg)
 	sliceFactory := driverSlices(client)
 	c, err := New(client, sliceFactory.Resource().V1().ResourceSlices(), Options{DriverName: vocabulary.DriverName, Namespace: ns, GracePeriod: time.Second,
-		DiscoveryInterval: 50 * time.Millisecond, Metrics: m})
+		MassLapseThreshold: DefaultMassLapseThreshold, MassLapseMinNodes: DefaultMassLapseMinNodes, DiscoveryInterval: 50 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,6 +453,9 @@ func TestNewRejects(t *testing.T) {
 		"no namespace":             {Options{DriverName: "d", GracePeriod: grace}, "namespace"},
 		"no grace":                 {Options{DriverName: "d", Namespace: ns}, "grace period"},
 		"NoExecute before NoSched": {Options{DriverName: "d", Namespace: ns, GracePeriod: grace, NoExecuteAfter: time.Second}, "at least the grace period"},
+		"no mass lapse threshold":  {Options{DriverName: "d", Namespace: ns, GracePeriod: grace, MassLapseMinNodes: 3}, "mass lapse threshold 0 must be a share in (0, 1]"},
+		"mass lapse threshold > 1": {Options{DriverName: "d", Namespace: ns, GracePeriod: grace, MassLapseThreshold: 1.1, MassLapseMinNodes: 3}, "mass lapse threshold 1.1"},
+		"no mass lapse minimum":    {Options{DriverName: "d", Namespace: ns, GracePeriod: grace, MassLapseThreshold: 0.5}, "mass lapse minimum of nodes 0"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			client := fake.NewClientset()

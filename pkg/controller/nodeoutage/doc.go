@@ -17,6 +17,14 @@
 // a node whose Lease lapsed and whose slices are gone (the plugin was
 // removed from the node; the kubelet already deleted its slices).
 //
+// Its state is in the API, not in memory: each rule records the Lease
+// renewal it was made for, so a restarted or newly elected controller keeps
+// the rule until the Lease shows another renewal. And it judges the nodes
+// together too: when the share of lapsed nodes reaches a threshold (a mass
+// lapse, more likely the API server's or its own fault than every
+// plugin's), it stops escalating to NoExecute, as the node lifecycle
+// controller does for an unhealthy zone.
+//
 // DeviceTaintRule is resource.k8s.io/v1 from Kubernetes 1.37 (feature
 // DRADeviceTaintRules, on by default). Where the API server does not serve
 // it, the controller says so, reports it in a metric and keeps asking

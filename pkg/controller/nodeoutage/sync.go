@@ -34,15 +34,19 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 	nodeObj := get[corev1.Node](c.nodes, node)
 	if nodeObj == nil {
 		c.forget(node)
+		c.judgeMassLapse(ctx, c.opts.Clock.Now())
 		return 0, errors.Join(c.deleteRule(ctx, node, rule, "node deleted"), c.deleteLease(ctx, lease, "node deleted"))
 	}
 	if lease == nil {
 		c.forget(node)
+		c.judgeMassLapse(ctx, c.opts.Clock.Now())
 		return 0, c.deleteRule(ctx, node, rule, "no heartbeat Lease")
 	}
 	now := c.opts.Clock.Now()
-	unrenewed := now.Sub(c.observe(node, lease, now))
-	if left := c.opts.GracePeriod - unrenewed; left >= 0 {
+	unrenewed := now.Sub(c.observe(node, lease, rule, now))
+	if left := c.opts.GracePeriod - unrenewed; left > 0 {
+		c.holdBack(node, false)
+		c.judgeMassLapse(ctx, now)
 		if err := c.deleteRule(ctx, node, rule, "plugin serves again"); err != nil {
 			return 0, err
 		}
@@ -56,18 +60,40 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 		// the plugin was removed from the node (or is restarting, and then
 		// creates its Lease again). Nothing is left to taint.
 		c.forget(node)
+		c.judgeMassLapse(ctx, now)
 		return 0, errors.Join(c.deleteRule(ctx, node, rule, "plugin gone from the node: no ResourceSlices"),
 			c.deleteLease(ctx, lease, "plugin gone from the node: no ResourceSlices"))
 	}
 	effect, recheck := resourceapi.DeviceTaintEffectNoSchedule, time.Duration(0)
 	if c.opts.NoExecuteAfter > 0 {
-		if left := c.opts.NoExecuteAfter - unrenewed; left > 0 {
+		if left := c.opts.NoExecuteAfter - unrenewed; left > 0 && (rule == nil || rule.Spec.Taint.Effect != resourceapi.DeviceTaintEffectNoExecute) {
 			recheck = left + recheckMargin
 		} else {
+			// Once NoExecute, the taint stays so until a renewal: a restart,
+			// which counts the lapse from one grace period ago, does not lower it.
 			effect = resourceapi.DeviceTaintEffectNoExecute
 		}
 	}
-	want := c.desired(node, lease, effect)
+	mass := c.judgeMassLapse(ctx, now)
+	if mass.on {
+		if effect == resourceapi.DeviceTaintEffectNoExecute || rule == nil && !c.opts.MassLapseTaint {
+			c.heldBackEvent(nodeObj, mass)
+		}
+		if rule == nil && !c.opts.MassLapseTaint {
+			return 0, nil // judged again when the mass lapse ends
+		}
+		effect, recheck = resourceapi.DeviceTaintEffectNoSchedule, 0
+	} else {
+		c.holdBack(node, false)
+	}
+	want := c.desired(node, lease, effect, mass)
+	if rule != nil && madeFor(rule, renewalOf(lease), false) {
+		// Never record an older renewal than the rule does (the cache
+		// may be behind): it would be lifted once the cache catches up.
+		for _, k := range []string{vocabulary.AnnotationOutageRenewTime, vocabulary.AnnotationOutageHolder} {
+			want.Annotations[k] = rule.Annotations[k]
+		}
+	}
 	if err := c.ensureRule(ctx, node, rule, want); err != nil {
 		return 0, err
 	}
@@ -77,33 +103,68 @@ func (c *Controller) Sync(ctx context.Context, node string) (time.Duration, erro
 	return recheck, nil
 }
 
-// observe returns when (controller clock) the Lease's current renewTime
-// was first seen: on a change, now. A controller that starts sees every
-// Lease as just renewed, so it waits a full grace period before tainting.
-func (c *Controller) observe(node string, lease *coordinationv1.Lease, now time.Time) time.Time {
-	var renewed time.Time
-	if lease.Spec.RenewTime != nil {
-		renewed = lease.Spec.RenewTime.Time
-	}
+// observe returns since when (controller clock) node counts as unrenewed:
+// when the Lease's current renewal was first seen. A controller that
+// starts sees every Lease as just renewed, so it waits a full grace period
+// before tainting, except where a rule was made for this very renewal (by
+// this controller, a previous run or another leader): then nothing was
+// renewed since, and the node counts as lapsed for a grace period already.
+func (c *Controller) observe(node string, lease *coordinationv1.Lease, rule *resourceapi.DeviceTaintRule, now time.Time) time.Time {
+	r := renewalOf(lease)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.seen[node]
-	if !ok || !o.renewTime.Equal(renewed) {
-		o = observation{renewTime: renewed, at: now}
-		c.seen[node] = o
+	if !ok || o.renewal != r {
+		o = observation{renewal: r, at: now}
 	}
+	if lapsed := now.Add(-c.opts.GracePeriod); rule != nil && o.at.After(lapsed) && madeFor(rule, r, !ok) {
+		o.at = lapsed
+	}
+	c.seen[node] = o
 	return o.at
+}
+
+// madeFor reports whether rule was made for renewal r or a later one of the
+// same holder: no renewal happened since. A later one means the Lease in
+// the cache is older than the rule (its watch is behind another leader's).
+// Another holder is another plugin process: a renewal, whatever its node's
+// clock says. A rule without the record predates it: it is trusted for the
+// renewal first seen, and ensureRule records that.
+func madeFor(rule *resourceapi.DeviceTaintRule, r renewal, firstSeen bool) bool {
+	renewTime, recorded := rule.Annotations[vocabulary.AnnotationOutageRenewTime]
+	if !recorded {
+		return firstSeen
+	}
+	if rule.Annotations[vocabulary.AnnotationOutageHolder] != r.holder {
+		return false
+	}
+	if renewTime == r.renewTime {
+		return true
+	}
+	made, err := time.Parse(metav1.RFC3339Micro, renewTime)
+	seen, serr := time.Parse(metav1.RFC3339Micro, r.renewTime)
+	return err == nil && (r.renewTime == "" || serr == nil && made.After(seen))
+}
+
+// renewalOf is the Lease's last renewal, as a rule records it.
+func renewalOf(lease *coordinationv1.Lease) renewal {
+	r := renewal{holder: ptr.Deref(lease.Spec.HolderIdentity, "")}
+	if lease.Spec.RenewTime != nil {
+		r.renewTime = lease.Spec.RenewTime.UTC().Format(metav1.RFC3339Micro)
+	}
+	return r
 }
 
 func (c *Controller) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.seen, node)
+	delete(c.heldBack, node)
 }
 
 // desired is node's rule: the taint on every device of the driver in the
-// node's pool, described for the operator.
-func (c *Controller) desired(node string, lease *coordinationv1.Lease, effect resourceapi.DeviceTaintEffect) *resourceapi.DeviceTaintRule {
+// node's pool, described for the operator, with the renewal it is for.
+func (c *Controller) desired(node string, lease *coordinationv1.Lease, effect resourceapi.DeviceTaintEffect, mass massLapse) *resourceapi.DeviceTaintRule {
 	last := "never"
 	if lease.Spec.RenewTime != nil {
 		last = lease.Spec.RenewTime.UTC().Format(time.RFC3339)
@@ -116,11 +177,16 @@ func (c *Controller) desired(node string, lease *coordinationv1.Lease, effect re
 	if effect == resourceapi.DeviceTaintEffectNoExecute {
 		desc += fmt.Sprintf(" Unrenewed for more than %s: pods using its devices are evicted.", c.opts.NoExecuteAfter)
 	}
+	if mass.on {
+		desc += fmt.Sprintf(" Mass lapse (%s): the taint is not escalated to NoExecute (docs/operations.md, Mass lapse).", mass)
+	}
+	r := renewalOf(lease)
 	return &resourceapi.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        vocabulary.OutageRuleName(node),
-			Labels:      map[string]string{vocabulary.LabelOutage: "true"},
-			Annotations: map[string]string{vocabulary.AnnotationDescription: desc},
+			Name:   vocabulary.OutageRuleName(node),
+			Labels: map[string]string{vocabulary.LabelOutage: "true"},
+			Annotations: map[string]string{vocabulary.AnnotationDescription: desc,
+				vocabulary.AnnotationOutageRenewTime: r.renewTime, vocabulary.AnnotationOutageHolder: r.holder},
 		},
 		Spec: resourceapi.DeviceTaintRuleSpec{
 			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(c.opts.DriverName), Pool: ptr.To(node)},
@@ -129,8 +195,9 @@ func (c *Controller) desired(node string, lease *coordinationv1.Lease, effect re
 	}
 }
 
-// ensureRule creates want, or updates cur when its selector or taint
-// differ (the API sets the taint's timeAdded on a new effect).
+// ensureRule creates want, or updates cur when its selector, taint or
+// record of the renewal differ (the API sets the taint's timeAdded on a
+// new effect).
 func (c *Controller) ensureRule(ctx context.Context, node string, cur, want *resourceapi.DeviceTaintRule) error {
 	logger := klog.FromContext(ctx)
 	rules := c.client.ResourceV1().DeviceTaintRules()
@@ -145,7 +212,7 @@ func (c *Controller) ensureRule(ctx context.Context, node string, cur, want *res
 	}
 	t := cur.Spec.Taint
 	if apiequality.Semantic.DeepEqual(cur.Spec.DeviceSelector, want.Spec.DeviceSelector) && t.Key == want.Spec.Taint.Key &&
-		t.Value == want.Spec.Taint.Value && t.Effect == want.Spec.Taint.Effect && cur.Labels[vocabulary.LabelOutage] == "true" {
+		t.Value == want.Spec.Taint.Value && t.Effect == want.Spec.Taint.Effect && cur.Labels[vocabulary.LabelOutage] == "true" && recorded(cur, want) {
 		c.changed(node, "", true)
 		return nil
 	}
@@ -154,7 +221,9 @@ func (c *Controller) ensureRule(ctx context.Context, node string, cur, want *res
 	if upd.Annotations == nil {
 		upd.Annotations = map[string]string{}
 	}
-	upd.Annotations[vocabulary.AnnotationDescription] = want.Annotations[vocabulary.AnnotationDescription]
+	for k, v := range want.Annotations {
+		upd.Annotations[k] = v
+	}
 	upd.Spec = want.Spec
 	if _, err := rules.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update DeviceTaintRule %s: %w", cur.Name, err)
@@ -162,6 +231,16 @@ func (c *Controller) ensureRule(ctx context.Context, node string, cur, want *res
 	c.changed(node, "update", true)
 	logger.Info("Plugin still not serving: updated the node's taint", "deviceTaintRule", klog.KObj(cur), "effect", want.Spec.Taint.Effect)
 	return nil
+}
+
+// recorded reports whether cur records the renewal want is for.
+func recorded(cur, want *resourceapi.DeviceTaintRule) bool {
+	for _, k := range []string{vocabulary.AnnotationOutageRenewTime, vocabulary.AnnotationOutageHolder} {
+		if v, ok := cur.Annotations[k]; !ok || v != want.Annotations[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteRule deletes node's rule, if it has one.
