@@ -20,6 +20,7 @@ import (
 // not prepared is released at once (its CDI spec is removed if one is left).
 func (d *Engine) ReleaseClaim(ctx context.Context, claim kubeletplugin.NamespacedObject, stillStale func(context.Context) error) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stale", true))
+	defer d.inflight.begin("stale release of claim " + claim.String())()
 	unlock := d.claimLocks.Lock(string(claim.UID))
 	defer unlock()
 	if err := stillStale(ctx); err != nil {
