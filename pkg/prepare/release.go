@@ -23,6 +23,9 @@ func (d *Engine) ReleaseClaim(ctx context.Context, claim kubeletplugin.Namespace
 	defer d.inflight.begin("stale release of claim " + claim.String())()
 	unlock := d.claimLocks.Lock(string(claim.UID))
 	defer unlock()
+	if ctx.Err() != nil { // shutting down: the next owner of the node decides
+		return fmt.Errorf("release stale claim %s: %w", claim, context.Cause(ctx))
+	}
 	if err := stillStale(ctx); err != nil {
 		return err
 	}
