@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		Metrics:        metrics,
 		CheckpointPath: checkpointPath,
 		Fatal:          cancel,
-		FaultHook:      cfg.FaultHook,
+		FaultHook:      hw.faultHook(cfg.FaultHook),
 	}
 	if mps != nil { // a nil *MPSManager in the interface would not be nil
 		opts.MPS = mps

@@ -28,6 +28,7 @@ type probed struct {
 	client *fake.Clientset
 	claims map[string]*resourceapi.ResourceClaim
 	hung   bool
+	wedged bool // checkpoint saves hang
 }
 
 // startProbed starts a probed plugin, with configure's changes to its
@@ -55,6 +56,9 @@ func startProbed(t *testing.T, configure func(*nodeplugin.Config)) *probed {
 		if pp.hung { // a hung NVML would hang the plugin's shutdown
 			pp.hang(t, false)
 		}
+		if pp.wedged { // so would a prepare hung in its save
+			pp.hangSaves(t, false)
+		}
 		_ = p.Stop()
 	})
 	return pp
@@ -65,6 +69,13 @@ func (p *probed) hang(t *testing.T, hung bool) {
 	t.Helper()
 	injectEvent(t, p.cfg.MetricsAddress, "hang="+strconv.FormatBool(hung))
 	p.hung = hung
+}
+
+// hangSaves makes the plugin's checkpoint saves hang, or go on.
+func (p *probed) hangSaves(t *testing.T, hung bool) {
+	t.Helper()
+	injectEvent(t, p.cfg.MetricsAddress, "hangsave="+strconv.FormatBool(hung))
+	p.wedged = hung
 }
 
 // renewTime returns when the heartbeat Lease was last renewed; zero when

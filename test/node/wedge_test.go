@@ -5,58 +5,16 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
-// saveHang blocks the plugin's checkpoint saves while armed, as a save on
-// a hung disk does: a FaultHook at prepare.FaultCheckpointSaving.
-type saveHang struct {
-	mu      sync.Mutex
-	release chan struct{} // nil: not armed
-	entered chan struct{} // closed when a save blocked
-}
-
-func (h *saveHang) arm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.release, h.entered = make(chan struct{}), make(chan struct{})
-}
-
-func (h *saveHang) disarm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.release != nil {
-		close(h.release)
-		h.release = nil
-	}
-}
-
-func (h *saveHang) hook(point string) {
-	if point != prepare.FaultCheckpointSaving {
-		return
-	}
-	h.mu.Lock()
-	release, entered := h.release, h.entered
-	h.mu.Unlock()
-	if release == nil {
-		return
-	}
-	select {
-	case <-entered:
-	default:
-		close(entered)
-	}
-	<-release
-}
-
-// A checkpoint save that hangs wedges every prepare while the DRA socket
-// still answers the empty call its check sends: the engine check sees it.
+// A checkpoint save that hangs (POST /simulate/event?hangsave=true) wedges
+// every prepare while the DRA socket still answers the empty call its check
+// sends and NVML answers: the engine check sees it.
 // Within the stall bound and a round the plugin is not ready (naming the
 // engine), the heartbeat stops renewing and, after the threshold of
 // rounds, liveness fails, so the kubelet restarts the container. Once the
@@ -65,15 +23,12 @@ func (h *saveHang) hook(point string) {
 func TestWedgedSaveFailsProbes(t *testing.T) {
 	ctx := context.Background()
 	const threshold, bound = 3, 2 * time.Second
-	hang := &saveHang{}
 	p := startProbed(t, func(cfg *nodeplugin.Config) {
 		withHeartbeat(cfg)
 		cfg.ProbeAddress = freeAddress(t)
 		cfg.LivenessFailureThreshold = threshold
 		cfg.EngineStallBound = bound
-		cfg.FaultHook = hang.hook
 	})
-	t.Cleanup(hang.disarm) // before the plugin stops: its shutdown drains the prepare
 	addr := p.cfg.ProbeAddress
 	ready := func() bool { code, _ := probeGet(t, addr, "/readyz"); return code == http.StatusOK }
 	live := func() bool { code, _ := probeGet(t, addr, "/livez"); return code == http.StatusOK }
@@ -83,7 +38,7 @@ func TestWedgedSaveFailsProbes(t *testing.T) {
 	}
 	p.renewing(t, time.Time{}, "heartbeat Lease created")
 
-	hang.arm()
+	p.hangSaves(t, true)
 	type result struct {
 		ids []string
 		err error
@@ -93,7 +48,6 @@ func TestWedgedSaveFailsProbes(t *testing.T) {
 		ids, err := p.Kubelet.PrepareOne(ctx, p.claims["held"])
 		prepared <- result{ids, err}
 	}()
-	<-hang.entered
 	start := time.Now()
 	took := eventually(t, bound+2*probePeriod+time.Second, "not ready with a save hung", func() bool { return !ready() })
 	t.Logf("not ready %v after the save hung", took)
@@ -108,7 +62,7 @@ func TestWedgedSaveFailsProbes(t *testing.T) {
 		t.Errorf("/livez does not name the engine:\n%s", body)
 	}
 
-	hang.disarm()
+	p.hangSaves(t, false)
 	r := <-prepared
 	if r.err != nil {
 		t.Fatalf("the wedged prepare, once the save went on: %v", r.err)
