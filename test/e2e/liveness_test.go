@@ -28,21 +28,30 @@ func pluginRestarts(pod *corev1.Pod) int32 {
 // unprepares claims again.
 func TestLivenessRestartsWedgedPlugin(t *testing.T) {
 	ctx := testContext(t)
-	w := startWorkload(t, ctx, "e2e-liveness")
-	before := pluginPod(t, ctx)
-	restarts := pluginRestarts(before)
-	t.Cleanup(func() { // should the kubelet not restart it, do not leave it hung
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.runner.SimulateEvent(ctx, env.node, map[string]string{"hang": "false"})
-	})
-	if err := env.runner.SimulateEvent(ctx, env.node, map[string]string{"hang": "true"}); err != nil {
-		t.Fatal(err)
-	}
+	w, before, restarts := wedgePlugin(t, ctx, "e2e-liveness", "hang")
 	waitPluginRestart(t, ctx, before, restarts, poll, "NVML hung")
 	w.verifyIntact(t, ctx, "after the kubelet restarted the wedged plugin")
 	claimPod(t, ctx, w.ns, "gpu-after-liveness-restart", "gpu")
 	w.verifyUnprepare(t, ctx)
+}
+
+// wedgePlugin runs the workload in ns, then wedges the plugin with POST
+// /simulate/event?<hang>=true (hang or hangsave), undone when the test
+// ends should the kubelet not restart it. It returns the workload, the
+// plugin pod and its restart count before.
+func wedgePlugin(t *testing.T, ctx context.Context, ns, hang string) (*workload, *corev1.Pod, int32) {
+	t.Helper()
+	w := startWorkload(t, ctx, ns)
+	before := pluginPod(t, ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.runner.SimulateEvent(ctx, env.node, map[string]string{hang: "false"})
+	})
+	if err := env.runner.SimulateEvent(ctx, env.node, map[string]string{hang: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	return w, before, pluginRestarts(before)
 }
 
 // waitPluginRestart waits, with until, until the kubelet restarted the
@@ -110,17 +119,7 @@ func TestLivenessRestartsWedgedEngine(t *testing.T) {
 	// to about two minutes before the restart.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	w := startWorkload(t, ctx, "e2e-wedge")
-	before := pluginPod(t, ctx)
-	restarts := pluginRestarts(before)
-	t.Cleanup(func() { // should the kubelet not restart it, do not leave it wedged
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.runner.SimulateEvent(ctx, env.node, map[string]string{"hangsave": "false"})
-	})
-	if err := env.runner.SimulateEvent(ctx, env.node, map[string]string{"hangsave": "true"}); err != nil {
-		t.Fatal(err)
-	}
+	w, before, restarts := wedgePlugin(t, ctx, "e2e-wedge", "hangsave")
 	if _, err := env.cluster.Client.CoreV1().Pods(w.ns).Create(ctx, newClaimPod(w.ns, "wedged", "gpu"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
