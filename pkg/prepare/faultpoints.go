@@ -24,8 +24,9 @@ const (
 
 	// FaultCheckpointSaving is reached with the save lock held, just
 	// before a group commit's save: a hook that blocks there is a hung
-	// save (the probes' tests). It is not in FaultPoints: a crash there
-	// leaves the state of the crash point before the change it saves.
+	// save (the probes' tests). It is not in FaultPoints, so the crash
+	// campaigns do not grow: a crash there leaves the checkpoint without
+	// the change, as a crash during the step before the save does.
 	FaultCheckpointSaving = "checkpoint:saving"
 )
 
