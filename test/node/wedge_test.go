@@ -5,30 +5,57 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
-// A checkpoint save that hangs (POST /simulate/event?hangsave=true) wedges
-// every prepare while the DRA socket still answers the empty call its check
-// sends and NVML answers: the engine check sees it.
-// Within the stall bound and a round the plugin is not ready (naming the
-// engine), the heartbeat stops renewing and, after the threshold of
-// rounds, liveness fails, so the kubelet restarts the container. Once the
-// save goes on, all pass again and nothing is lost: the prepare that was
-// wedged completes, and the claim is prepared once, in the checkpoint.
-func TestWedgedSaveFailsProbes(t *testing.T) {
+// A wedged engine: a checkpoint save that hangs (POST
+// /simulate/event?hangsave=true), or a step that hangs under a GPU's lock
+// (an NVML call on that GPU: a FaultHook that blocks), wedges the prepare
+// while the DRA socket still answers the empty call its check sends and
+// NVML answers DeviceGetCount: the engine check sees it. Within the stall
+// bound and a round the plugin is not ready (naming the engine), the
+// heartbeat stops renewing and, after the threshold of rounds, liveness
+// fails, so the kubelet restarts the container. Once the wedge goes, all
+// pass again and nothing is lost: the prepare that was wedged completes,
+// and the claim is prepared once, in the checkpoint.
+func TestWedgedEngineFailsProbes(t *testing.T) {
+	for name, at := range map[string]string{"save": "", "GPU lock": prepare.FaultPrepareStarted} {
+		t.Run(name, func(t *testing.T) { testWedgedEngine(t, at) })
+	}
+}
+
+// testWedgedEngine wedges the engine with hangsave, or at fault point at.
+func testWedgedEngine(t *testing.T, at string) {
 	ctx := context.Background()
 	const threshold, bound = 3, 2 * time.Second
+	release := make(chan struct{})
+	var once sync.Once
+	unwedge := func() { once.Do(func() { close(release) }) }
 	p := startProbed(t, func(cfg *nodeplugin.Config) {
 		withHeartbeat(cfg)
 		cfg.ProbeAddress = freeAddress(t)
 		cfg.LivenessFailureThreshold = threshold
 		cfg.EngineStallBound = bound
+		cfg.FaultHook = func(point string) {
+			if at != "" && point == at {
+				<-release
+			}
+		}
 	})
+	t.Cleanup(unwedge) // before the plugin stops, which drains the prepare
+	wedge := func(on bool) {
+		if at == "" {
+			p.hangSaves(t, on)
+		} else if !on {
+			unwedge()
+		}
+	}
 	addr := p.cfg.ProbeAddress
 	ready := func() bool { code, _ := probeGet(t, addr, "/readyz"); return code == http.StatusOK }
 	live := func() bool { code, _ := probeGet(t, addr, "/livez"); return code == http.StatusOK }
@@ -38,7 +65,7 @@ func TestWedgedSaveFailsProbes(t *testing.T) {
 	}
 	p.renewing(t, time.Time{}, "heartbeat Lease created")
 
-	p.hangSaves(t, true)
+	wedge(true)
 	type result struct {
 		ids []string
 		err error
@@ -49,26 +76,26 @@ func TestWedgedSaveFailsProbes(t *testing.T) {
 		prepared <- result{ids, err}
 	}()
 	start := time.Now()
-	took := eventually(t, bound+2*probePeriod+time.Second, "not ready with a save hung", func() bool { return !ready() })
-	t.Logf("not ready %v after the save hung", took)
+	took := eventually(t, bound+2*probePeriod+time.Second, "not ready with the engine wedged", func() bool { return !ready() })
+	t.Logf("not ready %v after the wedge", took)
 	_, body := probeGet(t, addr, "/readyz")
 	if !strings.Contains(body, "[-]engine failed") || !strings.Contains(body, "[+]dra-socket ok") || !strings.Contains(body, "[+]nvml ok") {
-		t.Errorf("/readyz with a save hung names the wrong checks:\n%s", body)
+		t.Errorf("/readyz with the engine wedged names the wrong checks:\n%s", body)
 	}
-	p.quiet(t, "save hung")
-	eventually(t, time.Duration(threshold+2)*probePeriod+time.Second, "not live with a save hung", func() bool { return !live() })
-	t.Logf("not live %v after the save hung", time.Since(start))
+	p.quiet(t, "engine wedged")
+	eventually(t, time.Duration(threshold+2)*probePeriod+time.Second, "not live with the engine wedged", func() bool { return !live() })
+	t.Logf("not live %v after the wedge", time.Since(start))
 	if _, body := probeGet(t, addr, "/livez"); !strings.Contains(body, "[-]engine failed") {
 		t.Errorf("/livez does not name the engine:\n%s", body)
 	}
 
-	p.hangSaves(t, false)
+	wedge(false)
 	r := <-prepared
 	if r.err != nil {
-		t.Fatalf("the wedged prepare, once the save went on: %v", r.err)
+		t.Fatalf("the wedged prepare, once unwedged: %v", r.err)
 	}
-	eventually(t, 2*probePeriod+time.Second, "ready and live once the save went on", func() bool { return ready() && live() })
-	p.renewing(t, p.renewTime(), "renewed once the save went on")
+	eventually(t, 2*probePeriod+time.Second, "ready and live once unwedged", func() bool { return ready() && live() })
+	p.renewing(t, p.renewTime(), "renewed once unwedged")
 	again, err := p.Kubelet.PrepareOne(ctx, p.claims["held"])
 	if err != nil || !sameSet(again, r.ids) {
 		t.Errorf("prepare again: %v, %v; want %v", again, err, r.ids)
