@@ -1,9 +1,13 @@
-// Package testfs holds assertions on the files a test leaves behind.
+// Package testfs holds assertions on the files a test leaves behind, and
+// fake files of the host (/proc) that the code under test reads.
 package testfs
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -27,5 +31,24 @@ func AssertEntries(t testing.TB, dir string, names ...string) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("files in %s (-want +got):\n%s", dir, diff)
+	}
+}
+
+// WriteProcess writes what pkg/podattribution reads of process pid in a
+// fake /proc at root: its cgroup file and a stat file that says it started
+// start clock ticks after boot.
+func WriteProcess(t testing.TB, root string, pid int, start uint64, cgroup string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Fields 1 to 22 of proc(5) stat, with a command name that has spaces
+	// and parentheses, as one may.
+	stat := fmt.Sprintf("%d (my (proc) x) S 1 %d %d 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 %d 1000000 100\n", pid, pid, pid, start)
+	for name, content := range map[string]string{"cgroup": cgroup, "stat": stat} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

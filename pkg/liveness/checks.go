@@ -3,6 +3,7 @@ package liveness
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"google.golang.org/grpc"
@@ -17,7 +18,14 @@ const (
 	DRASocketCheck          = "dra-socket"
 	RegistrationSocketCheck = "registration-socket"
 	NVMLCheck               = "nvml"
+	EngineCheck             = "engine"
 )
+
+// DefaultStallBound is how long an operation of the prepare engine may be
+// in flight before the engine check fails: above the kubelet's 45s call
+// timeout (a call that old has failed for the kubelet already) and far
+// above a MIG reconfiguration's seconds.
+const DefaultStallBound = time.Minute
 
 // DRASocket checks that the DRA gRPC service on the unix socket at path
 // answers as the kubelet calls it: a NodePrepareResources without claims,
@@ -31,6 +39,26 @@ func DRASocket(path string) Check {
 			}
 			return nil
 		})
+	}}
+}
+
+// Stalls reports operations of the prepare engine in flight longer than a
+// bound (*prepare.Engine); it must not block.
+type Stalls interface {
+	Stalled(bound time.Duration) error
+}
+
+// Engine checks that what serving needs is not wedged: the DRA socket's
+// empty call takes none of the engine's locks, so a hung checkpoint save or
+// a hung NVML call under a GPU lock would leave DRASocket passing while
+// every real prepare hangs. engine returns nil while the instance has none
+// (it waits to own the node); the check passes then.
+func Engine(engine func() Stalls, bound time.Duration) Check {
+	return Check{Name: EngineCheck, Run: func(context.Context) error {
+		if e := engine(); e != nil {
+			return e.Stalled(bound)
+		}
+		return nil
 	}}
 }
 

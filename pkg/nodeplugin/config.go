@@ -101,13 +101,17 @@ type Config struct {
 
 	// ProbeAddress serves the kubelet's /readyz and /livez probes (plain
 	// HTTP, no credentials; empty: off). Checks of the DRA and registration
-	// sockets and of NVML run every ProbePeriod, each bounded by
+	// sockets, of NVML and of the engine run every ProbePeriod, each bounded by
 	// ProbeTimeout; /livez fails after LivenessFailureThreshold
 	// consecutive failed rounds (pkg/liveness).
 	ProbeAddress             string
 	ProbePeriod              time.Duration
 	ProbeTimeout             time.Duration
 	LivenessFailureThreshold int
+	// EngineStallBound is how long a prepare, unprepare, stale release or
+	// checkpoint save may be in flight before the engine check fails
+	// (liveness.Engine); zero: liveness.DefaultStallBound.
+	EngineStallBound time.Duration
 	// HeartbeatPeriod is how often the node's heartbeat Lease (in
 	// PodNamespace) is renewed while the DRA socket and NVML checks pass;
 	// dra-controller taints the node's devices when it lapses. 0: off.
@@ -180,13 +184,14 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		" (HTTPS; a bearer token the API server authenticates with a TokenReview, whose user may get the non-resource URL /metrics, or post /simulate/event, by a SubjectAccessReview; docs/telemetry.md).")
 	fs.StringVar(&c.MetricsCertFile, "metrics-tls-cert-file", "", "HTTPS serving certificate of the metrics address (with --metrics-tls-key-file); empty with --metrics-auth=delegated: a self-signed one generated at start.")
 	fs.StringVar(&c.MetricsKeyFile, "metrics-tls-key-file", "", "Private key of --metrics-tls-cert-file.")
-	fs.StringVar(&c.ProbeAddress, "probe-address", ":8081", "Address for the kubelet's readiness (/readyz) and liveness (/livez) probes, plain HTTP without credentials; the answers name the checks (DRA socket, registration socket, NVML) and say ok or failed, nothing else. Empty disables it.")
+	fs.StringVar(&c.ProbeAddress, "probe-address", ":8081", "Address for the kubelet's readiness (/readyz) and liveness (/livez) probes, plain HTTP without credentials; the answers name the checks (DRA socket, registration socket, NVML, engine) and say ok or failed, nothing else. Empty disables it.")
 	fs.DurationVar(&c.ProbePeriod, "probe-period", liveness.DefaultPeriod, "How often the probe checks run: the DRA and registration sockets answer a call, NVML answers DeviceGetCount.")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", liveness.DefaultTimeout, "How long a probe check may take before it counts as failed (a hung NVML call); at most --probe-period.")
+	fs.DurationVar(&c.EngineStallBound, "engine-stall-bound", liveness.DefaultStallBound, "How long a prepare, unprepare, stale release or checkpoint save may run (a probe's pass through the engine's locks too) before the engine probe check fails: /readyz at once, the heartbeat stops, /livez after --liveness-failure-threshold rounds. Keep it above the longest MIG reconfiguration and the kubelet's 45s call timeout.")
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
 	fs.DurationVar(&c.DevicePluginCheckPeriod, "device-plugin-check-period", 10*time.Second, "How often to read this node's Node for resources that NVIDIA's device plugin advertises (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*); while the node's allocatable has one, no devices are published, so two drivers never hand out the same GPUs (docs/migration.md). 0 disables the check.")
 	fs.DurationVar(&c.StaleClaimGracePeriod, "stale-claim-grace-period", 5*time.Minute, "How long a prepared claim whose ResourceClaim is gone, has another UID or is no longer allocated to this node stays prepared before the plugin releases it (the kubelet lost its record of the claim); well above the kubelet's own cleanup after a restart (about 80 s). 0 never releases (docs/operations.md).")
-	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
+	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks and the engine is not stalled (--engine-stall-bound) (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -269,8 +274,11 @@ func (c *Config) Validate() error {
 	if c.HeartbeatPeriod > 0 && c.PodNamespace == "" && !c.PrintSlices {
 		return fmt.Errorf("--heartbeat-period=%s needs --pod-namespace (POD_NAMESPACE from the downward API), where its Lease lives; --heartbeat-period=0 turns the heartbeat off", c.HeartbeatPeriod)
 	}
+	if c.EngineStallBound < 0 {
+		return fmt.Errorf("--engine-stall-bound=%s: must be positive (0 takes the default %s)", c.EngineStallBound, liveness.DefaultStallBound)
+	}
 	if c.HeartbeatPeriod > 0 || c.ProbeAddress != "" {
-		if _, err := c.prober(func() nvml.Interface { return nil }); err != nil {
+		if _, err := c.prober(func() nvml.Interface { return nil }, func() liveness.Stalls { return nil }); err != nil {
 			return fmt.Errorf("--probe-period, --probe-timeout, --liveness-failure-threshold: %w", err)
 		}
 	}

@@ -49,6 +49,8 @@ func TestConfigValidate(t *testing.T) {
 		"heartbeat without namespace":    {func(c *Config) { c.HeartbeatPeriod = time.Second }, "--heartbeat-period=1s needs --pod-namespace"},
 		"heartbeat":                      {func(c *Config) { c.HeartbeatPeriod, c.PodNamespace = time.Second, "ns" }, ""},
 		"heartbeat negative":             {func(c *Config) { c.HeartbeatPeriod = -time.Second }, "--heartbeat-period=-1s: must not be negative"},
+		"engine stall bound":             {func(c *Config) { c.EngineStallBound = 2 * time.Minute }, ""},
+		"engine stall bound negative":    {func(c *Config) { c.EngineStallBound = -time.Second }, "--engine-stall-bound=-1s: must be positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

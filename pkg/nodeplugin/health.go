@@ -82,7 +82,7 @@ func metricsSecurity(cfg *Config, client kubernetes.Interface) (telemetry.Securi
 func serveMetrics(ctx context.Context, cfg *Config, hw *hardware, reg metrics.KubeRegistry, sec telemetry.Security) {
 	extra := map[string]http.Handler{}
 	if hw.sim != nil {
-		extra[simhooks.EventPath] = simhooks.EventHandler(hw.sim)
+		extra[simhooks.EventPath] = simhooks.EventHandler(hw.sim, hw.saveWedge)
 	}
 	if cfg.LocalMetricsAddress != "" {
 		// Readings only: no simulation hooks on the unauthenticated port.

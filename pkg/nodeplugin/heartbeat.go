@@ -11,7 +11,8 @@ import (
 )
 
 // heartbeat renews the node's heartbeat Lease while the checks of the DRA
-// socket and NVML pass in p's rounds: the serving path a prepare takes.
+// socket, NVML and the engine pass in p's rounds: the serving path a
+// prepare takes.
 // The registration socket is not needed to serve a registered plugin. An
 // instance that does not own the node yet (a rolling update's new one,
 // whose calls wait for the old) does not serve: owned says when it does.
@@ -27,7 +28,7 @@ func (c *Config) heartbeat(client kubernetes.Interface, p *liveness.Prober, owne
 			if !owned() {
 				return errors.New("waiting to own the node from the instance before it (rolling update)")
 			}
-			return p.Passing(liveness.DRASocketCheck, liveness.NVMLCheck)
+			return p.Passing(liveness.DRASocketCheck, liveness.NVMLCheck, liveness.EngineCheck)
 		},
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/loadsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 )
 
 // hardware is what the plugin needs from the node: NVML and the host paths
@@ -25,8 +26,19 @@ type hardware struct {
 	sysfsRoot      string
 	// cdiOptions are what the hardware adds to the CDI writer's options.
 	cdiOptions []cdi.Option
-	// sim is set in simulation, for tests that inspect the simulated state.
-	sim *nvmlsim.Machine
+	// sim is set in simulation, for tests that inspect the simulated state;
+	// saveWedge with it, to hang the checkpoint saves (simhooks).
+	sim       *nvmlsim.Machine
+	saveWedge *simhooks.SaveWedge
+}
+
+// faultHook is the engine's FaultHook: next, and in simulation the hang
+// of checkpoint saves that POST /simulate/event?hangsave=true turns on.
+func (hw *hardware) faultHook(next func(string)) func(string) {
+	if hw.saveWedge == nil {
+		return next
+	}
+	return hw.saveWedge.FaultHook(next)
 }
 
 // openHardware opens the real NVML library, or, with cfg.Simulate, a
@@ -64,7 +76,7 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 		if err := m.WriteSysfs(hw.sysfsRoot); err != nil {
 			return nil, fmt.Errorf("write simulated sysfs: %w", err)
 		}
-		hw.nvml, hw.sim = m, m
+		hw.nvml, hw.sim, hw.saveWedge = m, m, &simhooks.SaveWedge{}
 		if running {
 			// The plugin is the simulated driver that load programs register
 			// with; containers of its devices get the socket's directory.

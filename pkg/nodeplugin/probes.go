@@ -1,6 +1,7 @@
 package nodeplugin
 
 import (
+	"cmp"
 	"context"
 	"path/filepath"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 // The helper's sockets, named here so that the probes check the sockets
@@ -47,10 +49,11 @@ func (c *Config) socketOptions() []kubeletplugin.Option {
 }
 
 // prober returns the probes' checks of the plugin's serving path: the DRA
-// and registration sockets, and NVML. lib returns the NVML in use, nil
-// while the instance waits to own the node (it opens NVML only then: the
-// simulation's state is the node's); the check passes until then.
-func (c *Config) prober(lib func() nvml.Interface) (*liveness.Prober, error) {
+// and registration sockets, NVML and the prepare engine. lib and engine
+// return the NVML and engine in use, nil while the instance waits to own
+// the node (it opens NVML only then: the simulation's state is the
+// node's); their checks pass until then.
+func (c *Config) prober(lib func() nvml.Interface, engine func() liveness.Stalls) (*liveness.Prober, error) {
 	nvmlCheck := liveness.Check{Name: liveness.NVMLCheck, Run: func(ctx context.Context) error {
 		if l := lib(); l != nil {
 			return liveness.NVML(l).Run(ctx)
@@ -63,6 +66,7 @@ func (c *Config) prober(lib func() nvml.Interface) (*liveness.Prober, error) {
 			liveness.DRASocket(filepath.Join(c.PluginDataDir, c.draSocketFile())),
 			liveness.RegistrationSocket(filepath.Join(c.RegistrarDir, c.registrationSocketFile())),
 			nvmlCheck,
+			liveness.Engine(engine, cmp.Or(c.EngineStallBound, liveness.DefaultStallBound)),
 		},
 	})
 }
@@ -72,13 +76,19 @@ func (c *Config) prober(lib func() nvml.Interface) (*liveness.Prober, error) {
 // fatal, as the kubelet would otherwise restart the plugin for failed probes
 // without a reason) and renews the heartbeat Lease while they pass and the
 // instance owns the node (lib is set: a rolling update's new instance waits).
-func startProbes(ctx context.Context, cfg *Config, lib *atomic.Pointer[nvml.Interface], client kubernetes.Interface, fatal context.CancelCauseFunc) error {
+func startProbes(ctx context.Context, cfg *Config, lib *atomic.Pointer[nvml.Interface], engine *atomic.Pointer[prepare.Engine],
+	client kubernetes.Interface, fatal context.CancelCauseFunc) error {
 	if cfg.ProbeAddress == "" && cfg.HeartbeatPeriod == 0 {
 		return nil
 	}
 	p, err := cfg.prober(func() nvml.Interface {
 		if l := lib.Load(); l != nil {
 			return *l
+		}
+		return nil
+	}, func() liveness.Stalls {
+		if e := engine.Load(); e != nil {
+			return e
 		}
 		return nil
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -63,6 +64,12 @@ func Run(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	defer hw.close(ctx)
+	// mutators are the goroutines that change node state (checkpoint, CDI
+	// specs, MIG, sharing) besides the kubelet's calls, which srv.stop
+	// drains: they end before NVML closes and the hand-over lock goes, so
+	// nothing rewrites the node after the next owner loaded it.
+	var mutators sync.WaitGroup
+	defer func() { cancel(nil); mutators.Wait() }()
 	policy, err := devicemodel.LoadPolicy(cfg.DevicePolicyFile)
 	if err != nil {
 		return err
@@ -87,7 +94,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		Metrics:        metrics,
 		CheckpointPath: checkpointPath,
 		Fatal:          cancel,
-		FaultHook:      cfg.FaultHook,
+		FaultHook:      hw.faultHook(cfg.FaultHook),
 	}
 	if mps != nil { // a nil *MPSManager in the interface would not be nil
 		opts.MPS = mps
@@ -156,12 +163,12 @@ func Run(ctx context.Context, cfg *Config) error {
 		go serveMetrics(ctx, cfg, hw, reg, sec)
 	}
 	if stale != nil {
-		go stale.Run(ctx)
+		mutators.Go(func() { stale.Run(ctx) })
 	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "gpus", len(node.gpus))
 
 	<-ctx.Done()
-	srv.stop(ctx) // before the deferred health monitor wait, NVML shutdown and hand-over
+	srv.stop(ctx) // before the deferred health monitor wait, mutators' end, NVML shutdown and hand-over
 	return shutdown(ctx)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/handover"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/liveness"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 // serving is what the instance serves to the kubelet: the helper's
@@ -34,6 +35,7 @@ type serving struct {
 	gate   *handover.Gate
 	helper *kubeletplugin.Helper
 	nvml   atomic.Pointer[nvml.Interface] // set once the instance opened NVML, for the probes
+	engine atomic.Pointer[prepare.Engine] // set once the instance owns the node, for the probes
 	cancel context.CancelFunc
 	once   sync.Once
 }
@@ -63,16 +65,17 @@ func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Inte
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	s.helper, s.cancel = helper, cancel
-	return startProbes(ctx, cfg, &s.nvml, client, fatal)
+	return startProbes(ctx, cfg, &s.nvml, &s.engine, client, fatal)
 }
 
 // own is called once the instance owns the node and has built its plugin:
 // the calls waiting at the gate go through; the helper starts now if it
 // did not before.
 func (s *serving) own(ctx context.Context, cfg *Config, client kubernetes.Interface, fatal context.CancelCauseFunc,
-	plugin kubeletplugin.DRAPlugin, lib nvml.Interface) error {
+	drv *prepare.Engine, lib nvml.Interface) error {
 	s.nvml.Store(&lib)
-	s.gate.Open(plugin)
+	s.engine.Store(drv)
+	s.gate.Open(drv)
 	if s.helper == nil {
 		return s.start(ctx, cfg, client, fatal)
 	}

@@ -28,9 +28,12 @@ type ProcessOwner struct {
 
 // Processes finds the pod and container of a process on a GPU from its
 // cgroup (/proc/<pid>/cgroup of the host: the plugin runs with hostPID),
-// reading it once per PID. A container it finds that the Attribution does
-// not know yet makes the Attribution read the pod again, so that the
-// container's name becomes known.
+// reading it once per process. A process is its PID and its start time
+// (/proc/<pid>/stat): a PID reused between two scrapes is another process,
+// whose cgroup is read afresh, never credited to the old one's pod. A
+// container it finds that the Attribution does not know yet makes the
+// Attribution read the pod again, so that the container's name becomes
+// known.
 type Processes struct {
 	procRoot    string
 	attribution *Attribution
@@ -42,6 +45,7 @@ type Processes struct {
 }
 
 type cachedOwner struct {
+	start uint64 // the process's start time, in clock ticks since boot
 	owner ProcessOwner
 	ok    bool
 }
@@ -55,11 +59,15 @@ func NewProcesses(procRoot string, attribution *Attribution) *Processes {
 // Owner returns the pod and container process pid runs in; false when it
 // runs in no pod or is gone.
 func (p *Processes) Owner(pid uint32) (ProcessOwner, bool) {
+	start, err := p.startTime(pid)
+	if err != nil {
+		return ProcessOwner{}, false // gone, or not visible: no pod
+	}
 	p.mu.Lock()
 	c, cached := p.cache[pid]
 	p.mu.Unlock()
-	if !cached {
-		c = p.read(pid)
+	if !cached || c.start != start {
+		c = p.read(pid, start)
 		p.mu.Lock()
 		p.cache[pid] = c
 		p.mu.Unlock()
@@ -70,8 +78,8 @@ func (p *Processes) Owner(pid uint32) (ProcessOwner, bool) {
 	return c.owner, c.ok
 }
 
-// Keep forgets the PIDs not in pids: a PID no GPU lists any more may be
-// reused by another process.
+// Keep forgets the PIDs not in pids, so the cache holds only the
+// processes on GPUs.
 func (p *Processes) Keep(pids map[uint32]bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -85,14 +93,54 @@ func (p *Processes) Keep(pids map[uint32]bool) {
 // Reads returns how many cgroup files were read.
 func (p *Processes) Reads() int64 { return p.reads.Load() }
 
-func (p *Processes) read(pid uint32) cachedOwner {
+// read reads the cgroup of process pid that started at start. A process
+// that is gone by the end of the read (its PID may be another's already)
+// has no pod.
+func (p *Processes) read(pid uint32, start uint64) cachedOwner {
 	p.reads.Add(1)
-	data, err := os.ReadFile(filepath.Join(p.procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	data, err := os.ReadFile(filepath.Join(p.procDir(pid), "cgroup"))
 	if err != nil {
-		return cachedOwner{} // gone, or not visible: no pod
+		return cachedOwner{start: start} // gone, or not visible: no pod
+	}
+	if after, err := p.startTime(pid); err != nil || after != start {
+		return cachedOwner{start: start}
 	}
 	owner, err := ParseCgroup(string(data))
-	return cachedOwner{owner: owner, ok: err == nil}
+	return cachedOwner{start: start, owner: owner, ok: err == nil}
+}
+
+func (p *Processes) procDir(pid uint32) string {
+	return filepath.Join(p.procRoot, strconv.FormatUint(uint64(pid), 10))
+}
+
+// startTime returns when process pid started, from its stat file.
+func (p *Processes) startTime(pid uint32) (uint64, error) {
+	data, err := os.ReadFile(filepath.Join(p.procDir(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	return ParseStartTime(string(data))
+}
+
+// ParseStartTime returns the start time (field 22, clock ticks after boot)
+// in the content of a /proc/<pid>/stat file. The command name (field 2)
+// is in parentheses and may hold spaces and parentheses itself, so the
+// fields are counted after its last ')'.
+func ParseStartTime(stat string) (uint64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", firstLine(stat))
+	}
+	fields := strings.Fields(stat[i+1:])
+	const startTime = 22 - 3 // fields after the name start at field 3 (state)
+	if len(fields) <= startTime {
+		return 0, fmt.Errorf("%d fields after the command name in %q, want over %d", len(fields), firstLine(stat), startTime)
+	}
+	start, err := strconv.ParseUint(fields[startTime], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("start time (field 22): %w", err)
+	}
+	return start, nil
 }
 
 // ParseCgroup finds the pod UID and container ID in the content of a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +15,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 )
 
 const (
@@ -86,23 +87,12 @@ func TestParseCgroup(t *testing.T) {
 	}
 }
 
-func writeCgroup(t *testing.T, root string, pid int, content string) {
-	t.Helper()
-	dir := filepath.Join(root, strconv.Itoa(pid))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A process's cgroup is read once while NVML keeps listing its PID, and
-// again once the PID was not seen (it may have been reused).
+// again once the PID was not seen; a gone process (no stat) is not read.
 func TestProcessesCachePerPID(t *testing.T) {
 	root := t.TempDir()
-	writeCgroup(t, root, 10, "0::/kubepods/pod"+podUID+"/"+ctrID+"\n")
-	writeCgroup(t, root, 11, "0::/system.slice/nvidia-persistenced.service\n")
+	testfs.WriteProcess(t, root, 10, 1000, "0::/kubepods/pod"+podUID+"/"+ctrID+"\n")
+	testfs.WriteProcess(t, root, 11, 1000, "0::/system.slice/nvidia-persistenced.service\n")
 	p := NewProcesses(root, nil)
 	for range 3 {
 		if o, ok := p.Owner(10); !ok || o.PodUID != podUID || o.ContainerID != ctrID {
@@ -115,14 +105,79 @@ func TestProcessesCachePerPID(t *testing.T) {
 			t.Fatal("a gone process has a pod")
 		}
 	}
-	if n := p.Reads(); n != 3 {
-		t.Errorf("%d cgroup reads for 3 PIDs over 3 scrapes, want 3", n)
+	if n := p.Reads(); n != 2 {
+		t.Errorf("%d cgroup reads for 2 live PIDs and a gone one over 3 scrapes, want 2", n)
 	}
 	p.Keep(map[uint32]bool{10: true})
 	p.Owner(10)
 	p.Owner(11)
-	if n := p.Reads(); n != 4 {
-		t.Errorf("%d cgroup reads after PID 11 was dropped and seen again, want 4", n)
+	if n := p.Reads(); n != 3 {
+		t.Errorf("%d cgroup reads after PID 11 was dropped and seen again, want 3", n)
+	}
+}
+
+// A PID reused by another process between two scrapes (NVML lists it on
+// both, so Keep never dropped it) is the new process: it is credited to
+// its own pod, or to none, never to the old process's pod.
+func TestProcessesPIDReused(t *testing.T) {
+	const otherPod = "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9"
+	tests := map[string]struct {
+		cgroup string
+		want   ProcessOwner
+		ok     bool
+	}{
+		"by a process of another pod": {cgroup: "0::/kubepods/pod" + otherPod + "/" + ctrID + "\n", want: ProcessOwner{PodUID: otherPod, ContainerID: ctrID}, ok: true},
+		"by a host process":           {cgroup: "0::/system.slice/sshd.service\n"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			testfs.WriteProcess(t, root, 10, 1000, "0::/kubepods/pod"+podUID+"/"+ctrID+"\n")
+			p := NewProcesses(root, nil)
+			if o, ok := p.Owner(10); !ok || o.PodUID != podUID {
+				t.Fatalf("Owner(10) = %+v, %v; want pod %s", o, ok, podUID)
+			}
+			p.Keep(map[uint32]bool{10: true})
+			testfs.WriteProcess(t, root, 10, 2000, tc.cgroup) // the old process exited, PID 10 reused
+			if o, ok := p.Owner(10); ok != tc.ok || o != tc.want {
+				t.Errorf("Owner(10) after reuse = %+v, %v; want %+v, %v", o, ok, tc.want, tc.ok)
+			}
+		})
+	}
+	t.Run("gone", func(t *testing.T) {
+		root := t.TempDir()
+		testfs.WriteProcess(t, root, 10, 1000, "0::/kubepods/pod"+podUID+"/"+ctrID+"\n")
+		p := NewProcesses(root, nil)
+		p.Owner(10)
+		if err := os.RemoveAll(filepath.Join(root, "10")); err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := p.Owner(10); ok {
+			t.Errorf("Owner of an exited process = %+v", o)
+		}
+	})
+}
+
+func TestParseStartTime(t *testing.T) {
+	tests := map[string]struct {
+		stat    string
+		want    uint64
+		wantErr bool
+	}{
+		"plain":              {stat: "42 (python3) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000000 100\n", want: 123456},
+		"name with ') ( '":   {stat: "42 (a) (b ) S) R 1 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0", want: 77},
+		"too short":          {stat: "42 (python3) S 1 42", wantErr: true},
+		"no name":            {stat: "42 python3 S 1", wantErr: true},
+		"start not a number": {stat: "42 (x) S 1 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 soon 0 0", wantErr: true},
+		"empty":              {stat: "", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseStartTime(tc.stat)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("ParseStartTime = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
 
@@ -151,7 +206,7 @@ func TestProcessesLearnContainerIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	writeCgroup(t, root, 10, "0::/kubepods/pod"+podUID+"/"+ctrID+"\n")
+	testfs.WriteProcess(t, root, 10, 1000, "0::/kubepods/pod"+podUID+"/"+ctrID+"\n")
 	p := NewProcesses(root, a)
 	a.mu.Lock()
 	a.lookedUp[podUID] = time.Now().Add(-refreshInterval) // as if read a while ago

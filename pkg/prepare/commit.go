@@ -79,8 +79,11 @@ func (d *Engine) commit(ctx context.Context, uid types.UID, entry *checkpoint.Pr
 	snapshot := cloneCheckpoint(d.cp)
 	d.mu.Unlock()
 	// One caller's cancellation must not fail the others' changes; a save
-	// takes milliseconds.
+	// takes milliseconds, and the probes see one that does not end.
+	end := d.inflight.begin("checkpoint save")
+	d.fault(FaultCheckpointSaving)
 	err := d.store.Save(context.WithoutCancel(ctx), snapshot)
+	end()
 	if err != nil {
 		err = fmt.Errorf("save checkpoint: %w", err)
 		d.mu.Lock()

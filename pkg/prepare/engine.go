@@ -128,6 +128,8 @@ type Engine struct {
 	problems map[types.UID]string
 	// preparedChanged is signaled after every prepare and unprepare (observe.go).
 	preparedChanged chan struct{}
+	// inflight are the operations in progress, for Stalled (inflight.go).
+	inflight inflight
 }
 
 var _ kubeletplugin.DRAPlugin = (*Engine)(nil)
@@ -196,8 +198,9 @@ func (d *Engine) OwnsMIG(parentUUID string, giID uint32) bool {
 func (d *Engine) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
-		start := time.Now()
+		start, end := time.Now(), d.inflight.begin("prepare of claim "+claim.Namespace+"/"+claim.Name)
 		devices, err := d.prepareClaim(ctx, claim)
+		end()
 		d.observe(true, d.claimKind(claim.UID), start, err)
 		if err != nil {
 			err = fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
@@ -215,7 +218,9 @@ func (d *Engine) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	result := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
 		start, kind := time.Now(), d.claimKind(claim.UID)
+		end := d.inflight.begin("unprepare of claim " + claim.String())
 		err := d.unprepareClaim(ctx, claim)
+		end()
 		d.observe(false, kind, start, err)
 		if err != nil {
 			result[claim.UID] = fmt.Errorf("unprepare claim %s: %w", claim, err)

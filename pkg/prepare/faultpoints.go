@@ -21,6 +21,13 @@ const (
 	// A MIG instance whose record was lost is destroyed, its intent not
 	// yet removed.
 	FaultRecoverLeakedMIGDestroyed = "recover:leaked-mig-destroyed"
+
+	// FaultCheckpointSaving is reached with the save lock held, just
+	// before a group commit's save: a hook that blocks there is a hung
+	// save (the probes' tests). It is not in FaultPoints, so the crash
+	// campaigns do not grow: a crash there leaves the checkpoint without
+	// the change, as a crash during the step before the save does.
+	FaultCheckpointSaving = "checkpoint:saving"
 )
 
 // FaultPoints lists every fault point the driver passes to

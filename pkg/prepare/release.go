@@ -20,8 +20,12 @@ import (
 // not prepared is released at once (its CDI spec is removed if one is left).
 func (d *Engine) ReleaseClaim(ctx context.Context, claim kubeletplugin.NamespacedObject, stillStale func(context.Context) error) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stale", true))
+	defer d.inflight.begin("stale release of claim " + claim.String())()
 	unlock := d.claimLocks.Lock(string(claim.UID))
 	defer unlock()
+	if ctx.Err() != nil { // shutting down: the next owner of the node decides
+		return fmt.Errorf("release stale claim %s: %w", claim, context.Cause(ctx))
+	}
 	if err := stillStale(ctx); err != nil {
 		return err
 	}

@@ -20,7 +20,8 @@ type ProcessOwner struct {
 }
 
 // ProcessOwners finds the pod and container of a process on a GPU;
-// pkg/podattribution reads the process's cgroup, once per PID.
+// pkg/podattribution reads the process's cgroup once per process (its
+// PID and start time: a reused PID is another process).
 type ProcessOwners interface {
 	// Owner returns the process's pod and container; false when it runs in
 	// no pod or is gone.

@@ -5,12 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/podattribution"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
@@ -31,14 +29,7 @@ func BenchmarkScrape(b *testing.B) {
 			pid++
 			podUID := fmt.Sprintf("00000000-0000-4000-8000-%012d", pid)
 			containerID := fmt.Sprintf("%064d", pid)
-			dir := filepath.Join(procRoot, strconv.Itoa(int(pid)))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				b.Fatal(err)
-			}
-			cgroup := "0::/kubepods/besteffort/pod" + podUID + "/" + containerID + "\n"
-			if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
-				b.Fatal(err)
-			}
+			testfs.WriteProcess(b, procRoot, int(pid), uint64(pid), "0::/kubepods/besteffort/pod"+podUID+"/"+containerID+"\n")
 			stop, err := node.Machine.RegisterProcess(pid, nvmlsim.Registration{Devices: []string{gpu.UUID}, SMPercent: uint32(5 + 5*i), MemoryBytes: 1 << 30})
 			if err != nil {
 				b.Fatal(err)

@@ -34,42 +34,21 @@ func TestHeartbeatFollowsServing(t *testing.T) {
 	cfg, client := p.cfg, p.client
 	const period = probePeriod
 
-	renewTime := func() time.Time {
-		l, err := client.CoordinationV1().Leases(cfg.PodNamespace).Get(context.Background(), vocabulary.HeartbeatLeaseName(nodeName), metav1.GetOptions{})
-		if err != nil || l.Spec.RenewTime == nil {
-			return time.Time{}
-		}
-		return l.Spec.RenewTime.Time
-	}
-	// renewing waits until the Lease is renewed after since.
-	renewing := func(since time.Time, what string) {
-		t.Helper()
-		eventually(t, 5*period+5*time.Second, what, func() bool { return renewTime().After(since) })
-	}
-	// quiet checks that the Lease is not renewed for several periods.
-	quiet := func(what string) {
-		t.Helper()
-		time.Sleep(3 * period) // the round in flight may still renew
-		last := renewTime()
-		time.Sleep(4 * period)
-		if got := renewTime(); !got.Equal(last) {
-			t.Errorf("%s: Lease renewed at %s, after %s", what, got.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
-		}
-	}
-	renewing(time.Time{}, "heartbeat Lease created")
-	renewing(renewTime(), "heartbeat Lease renewed")
+	renewTime, renewing, quiet := p.renewTime, p.renewing, p.quiet
+	renewing(t, time.Time{}, "heartbeat Lease created")
+	renewing(t, renewTime(), "heartbeat Lease renewed")
 	checkHolder(t, client, cfg.PodNamespace)
 
 	p.hang(t, true)
-	quiet("NVML hung")
+	quiet(t, "NVML hung")
 	p.hang(t, false)
-	renewing(renewTime(), "renewed after NVML answers again")
+	renewing(t, renewTime(), "renewed after NVML answers again")
 
 	// A DRA socket the kubelet can no longer reach: the plugin does not serve.
 	if err := os.Remove(filepath.Join(cfg.PluginDataDir, "dra.sock")); err != nil {
 		t.Fatal(err)
 	}
-	quiet("DRA socket gone")
+	quiet(t, "DRA socket gone")
 }
 
 // A rolling update's new instance registers and passes its probe checks

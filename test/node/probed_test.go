@@ -7,11 +7,13 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // probePeriod is how often a probed plugin runs its probe checks.
@@ -26,6 +28,7 @@ type probed struct {
 	client *fake.Clientset
 	claims map[string]*resourceapi.ResourceClaim
 	hung   bool
+	wedged bool // checkpoint saves hang
 }
 
 // startProbed starts a probed plugin, with configure's changes to its
@@ -53,6 +56,9 @@ func startProbed(t *testing.T, configure func(*nodeplugin.Config)) *probed {
 		if pp.hung { // a hung NVML would hang the plugin's shutdown
 			pp.hang(t, false)
 		}
+		if pp.wedged { // so would a prepare hung in its save
+			pp.hangSaves(t, false)
+		}
 		_ = p.Stop()
 	})
 	return pp
@@ -63,4 +69,38 @@ func (p *probed) hang(t *testing.T, hung bool) {
 	t.Helper()
 	injectEvent(t, p.cfg.MetricsAddress, "hang="+strconv.FormatBool(hung))
 	p.hung = hung
+}
+
+// hangSaves makes the plugin's checkpoint saves hang, or go on.
+func (p *probed) hangSaves(t *testing.T, hung bool) {
+	t.Helper()
+	injectEvent(t, p.cfg.MetricsAddress, "hangsave="+strconv.FormatBool(hung))
+	p.wedged = hung
+}
+
+// renewTime returns when the heartbeat Lease was last renewed; zero when
+// there is none.
+func (p *probed) renewTime() time.Time {
+	l, err := p.client.CoordinationV1().Leases(p.cfg.PodNamespace).Get(context.Background(), vocabulary.HeartbeatLeaseName(nodeName), metav1.GetOptions{})
+	if err != nil || l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+// renewing waits until the Lease is renewed after since.
+func (p *probed) renewing(t *testing.T, since time.Time, what string) {
+	t.Helper()
+	eventually(t, 5*probePeriod+5*time.Second, what, func() bool { return p.renewTime().After(since) })
+}
+
+// quiet checks that the Lease is not renewed for several periods.
+func (p *probed) quiet(t *testing.T, what string) {
+	t.Helper()
+	time.Sleep(3 * probePeriod) // the round in flight may still renew
+	last := p.renewTime()
+	time.Sleep(4 * probePeriod)
+	if got := p.renewTime(); !got.Equal(last) {
+		t.Errorf("%s: Lease renewed at %s, after %s", what, got.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
+	}
 }

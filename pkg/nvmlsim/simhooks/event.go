@@ -21,10 +21,26 @@ const EventPath = "/simulate/event"
 // reset (nvmlsim.Machine.Reboot). hang=true (any gpu) makes every NVML call
 // block, as a wedged driver does, until hang=false (nvmlsim.Machine.Hang):
 // the plugin's liveness probe then fails and the kubelet restarts it.
-func EventHandler(sim *nvmlsim.Machine) http.Handler {
+// hangsave=true (any gpu) hangs the plugin's checkpoint saves until
+// hangsave=false (wedge, nil: refused), which only the engine's probe
+// check sees.
+func EventHandler(sim *nvmlsim.Machine, wedge *SaveWedge) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		if v := r.URL.Query().Get("hangsave"); v != "" {
+			switch {
+			case wedge == nil:
+				http.Error(w, "hangsave: no checkpoint saves to hang here", http.StatusNotImplemented)
+			case v == "true":
+				wedge.Hang()
+			case v == "false":
+				wedge.Release()
+			default:
+				http.Error(w, "hangsave: want true or false", http.StatusBadRequest)
+			}
 			return
 		}
 		switch r.URL.Query().Get("hang") {
@@ -63,7 +79,7 @@ func EventHandler(sim *nvmlsim.Machine) http.Handler {
 			}
 			sim.InjectEvent(gpu, nvml.EventTypeXidCriticalError, xid)
 		default:
-			http.Error(w, "give xid=N, lost=true|false, reset=true, reboot=true or hang=true|false", http.StatusBadRequest)
+			http.Error(w, "give xid=N, lost=true|false, reset=true, reboot=true, hang=true|false or hangsave=true|false", http.StatusBadRequest)
 			return
 		}
 		if err != nil {

@@ -82,7 +82,7 @@ func TestEventHandler(t *testing.T) {
 				t.Fatalf("RegisterEvents: %v", ret)
 			}
 			rec := httptest.NewRecorder()
-			EventHandler(m).ServeHTTP(rec, httptest.NewRequest(tc.method, EventPath+"?"+tc.query, nil))
+			EventHandler(m, nil).ServeHTTP(rec, httptest.NewRequest(tc.method, EventPath+"?"+tc.query, nil))
 			if rec.Code != tc.want {
 				t.Fatalf("%s %s?%s: %d %q, want %d", tc.method, EventPath, tc.query, rec.Code, rec.Body, tc.want)
 			}
@@ -131,7 +131,7 @@ func TestEventHandlerRecovery(t *testing.T) {
 	post := func(query string) {
 		t.Helper()
 		rec := httptest.NewRecorder()
-		EventHandler(m).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, EventPath+"?"+query, nil))
+		EventHandler(m, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, EventPath+"?"+query, nil))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("POST %s?%s: %d %q", EventPath, query, rec.Code, rec.Body)
 		}
@@ -166,7 +166,7 @@ func TestEventHandlerHang(t *testing.T) {
 	m := newSim(t, "dgxh100")
 	post := func(query string) int {
 		rec := httptest.NewRecorder()
-		EventHandler(m).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, EventPath+"?"+query, nil))
+		EventHandler(m, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, EventPath+"?"+query, nil))
 		return rec.Code
 	}
 	if code := post("hang=maybe"); code != http.StatusBadRequest || m.Hung() {
