@@ -226,15 +226,9 @@ func (f *guardFixture) share(t *testing.T, owner types.UID) func() {
 
 func events(t *testing.T, client *fake.Clientset, reason string) []string {
 	t.Helper()
-	list, err := client.CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{})
+	out, err := apiserver.NodeEventMessages(t.Context(), client, node, reason)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range list.Items {
-		if ev.Reason == reason && ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == node {
-			out = append(out, ev.Message)
-		}
 	}
 	return out
 }

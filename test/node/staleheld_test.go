@@ -108,15 +108,9 @@ func (n *staleNode) prepared(t *testing.T, uid types.UID) (*checkpoint.PreparedC
 
 func (n *staleNode) events(t *testing.T, reason string) []string {
 	t.Helper()
-	list, err := n.client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	out, err := apiserver.NodeEventMessages(context.Background(), n.client, nodeName, reason)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range list.Items {
-		if ev.Reason == reason && ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == nodeName {
-			out = append(out, ev.Message)
-		}
 	}
 	return out
 }
