@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"google.golang.org/grpc"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/podattribution"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Why a stale claim is held back: the reason label of the held metric and
@@ -170,7 +172,7 @@ func (r *Releaser) gpuProcesses(c *checkpoint.PreparedClaim, prepared []checkpoi
 	}
 	for _, d := range c.Devices {
 		for _, uuid := range d.UUIDs {
-			pids, err := r.processes(uuid)
+			pids, err := r.processes(uuid, d.Kind == vocabulary.KindMPS)
 			if err != nil {
 				return unknown("NVML", err)
 			}
@@ -205,8 +207,11 @@ func otherPods(self types.UID, uuid string, prepared []checkpoint.PreparedClaim)
 }
 
 // processes lists the compute and MPS client processes on the GPU or MIG
-// device uuid, as telemetry counts them (containers run no graphics).
-func (r *Releaser) processes(uuid string) ([]uint32, error) {
+// device uuid, as telemetry counts them (containers run no graphics). On a
+// GPU, processes of its MIG devices are not counted (they are another
+// claim's), and for an MPS share only MPS clients are: the MPS server, a
+// compute process of the daemon pod, runs until the GPU's last share goes.
+func (r *Releaser) processes(uuid string, mpsClientsOnly bool) ([]uint32, error) {
 	dev, ret := r.opts.NVML.DeviceGetHandleByUUID(uuid)
 	if ret == nvml.ERROR_NOT_FOUND {
 		return nil, nil // a MIG device destroyed meanwhile runs nothing
@@ -215,7 +220,11 @@ func (r *Releaser) processes(uuid string) ([]uint32, error) {
 		return nil, fmt.Errorf("device %s: %w", uuid, ret)
 	}
 	var pids []uint32
-	for _, list := range []func() ([]nvml.ProcessInfo, nvml.Return){dev.GetComputeRunningProcesses, dev.GetMPSComputeRunningProcesses} {
+	lists := []func() ([]nvml.ProcessInfo, nvml.Return){dev.GetComputeRunningProcesses, dev.GetMPSComputeRunningProcesses}
+	if mpsClientsOnly {
+		lists = lists[1:]
+	}
+	for _, list := range lists {
 		infos, ret := list()
 		if ret == nvml.ERROR_NOT_SUPPORTED {
 			continue
@@ -224,11 +233,17 @@ func (r *Releaser) processes(uuid string) ([]uint32, error) {
 			return nil, fmt.Errorf("processes on %s: %w", uuid, ret)
 		}
 		for _, p := range infos {
+			if strings.HasPrefix(uuid, "GPU-") && p.GpuInstanceId != noGPUInstance {
+				continue
+			}
 			pids = append(pids, p.Pid)
 		}
 	}
 	return pids, nil
 }
+
+// noGPUInstance is NVML's GPU instance ID of a process outside MIG.
+const noGPUInstance = 0xFFFFFFFF
 
 // owner reads the pod of process pid from its cgroup, afresh each time: a
 // PID may be reused by another process.

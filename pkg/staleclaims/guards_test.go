@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // guardFixture is a node with a stale claim (its ResourceClaim deleted)
@@ -124,6 +125,18 @@ func TestGuards(t *testing.T) {
 			f.must(t, err)
 			return nil
 		}},
+		"MPS share, an MPS client": {wantHeld: HeldProcess, setup: func(t *testing.T, f *guardFixture) func() {
+			f.mpsShare()
+			unregister, err := f.machine.RegisterProcess(4242, nvmlsim.Registration{Devices: []string{f.machine.GPUUUID(0)}, SMPercent: 10, MPS: true})
+			f.must(t, err)
+			return unregister
+		}},
+		"MPS share, only the MPS server": {setup: func(t *testing.T, f *guardFixture) func() {
+			f.mpsShare()
+			_, err := f.machine.RegisterProcess(4242, nvmlsim.Registration{Devices: []string{f.machine.GPUUUID(0)}, SMPercent: 1})
+			f.must(t, err)
+			return nil
+		}},
 		"shared GPU, another claim's pod's process": {setup: func(t *testing.T, f *guardFixture) func() {
 			f.share(t, "3e9a1c2b-7f4d-4c1e-9b2a-5d6e7f8a9b0c")
 			return nil
@@ -190,6 +203,12 @@ func TestGuards(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mpsShare makes the stale claim's device an MPS share.
+func (f *guardFixture) mpsShare() {
+	f.engine.claims[0].Devices[0].Kind = vocabulary.KindMPS
+	f.engine.claims[0].Devices[0].ShareID = "s1"
 }
 
 // kubelet serves the PodResources API the Releaser asks.
