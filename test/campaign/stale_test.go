@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
@@ -166,6 +168,18 @@ func (r *run) staleReallocated(c *claim) {
 	r.cluster.Release(c.obj)
 	fresh := c.obj.DeepCopy()
 	fresh.Status.Allocation = nil
+	attr := "minor"
+	if c.kind == kindMIG {
+		attr = "parentMinor"
+	}
+	for _, g := range c.gpus() { // other devices: the case prepare refuses
+		for i := range fresh.Spec.Devices.Requests {
+			if ex := fresh.Spec.Devices.Requests[i].Exactly; ex != nil {
+				ex.Selectors = append(ex.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf(`device.attributes["gpu.dra.dev"].%s != %d`, attr, g)}})
+			}
+		}
+	}
 	out, err := r.cluster.Allocate(context.Background(), nodeName, fresh)
 	if err != nil {
 		r.t.Fatal(err)

@@ -15,8 +15,8 @@ func (r *run) step() {
 	}
 	r.syncKubelet()
 	switch x := r.rng.IntN(100); {
-	case x < 4:
-		r.staleStep()
+	case x < 10:
+		r.staleStep() // falls back to a batch while the plugin is armed
 	case x < 62:
 		r.batch(false)
 	case x < 70:
