@@ -165,7 +165,8 @@ func phase(pod *corev1.Pod) string {
 // claim's devices. A device the claim shares with other prepared claims
 // (MPS and time-slicing shares) also runs their processes: there a
 // process holds the claim unless its cgroup names a pod recorded for one
-// of the others. A process in no pod (or unreadable) holds it.
+// of the others and not for this one. A process in no pod (or unreadable)
+// holds it.
 func (r *Releaser) gpuProcesses(c *checkpoint.PreparedClaim, prepared []checkpoint.PreparedClaim) error {
 	if r.opts.NVML == nil {
 		return nil
@@ -178,7 +179,7 @@ func (r *Releaser) gpuProcesses(c *checkpoint.PreparedClaim, prepared []checkpoi
 			}
 			others := otherPods(c.UID, uuid, prepared)
 			for _, pid := range pids {
-				if owner, ok := r.owner(pid); ok && others[owner] {
+				if owner, ok := r.owner(pid); ok && others[owner] && !slices.ContainsFunc(c.Pods, func(p checkpoint.ReservedPod) bool { return p.UID == owner }) {
 					continue
 				}
 				return held(HeldProcess, "process %d runs on %s (device %s)", pid, uuid, d.Device)

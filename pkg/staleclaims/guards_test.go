@@ -141,6 +141,11 @@ func TestGuards(t *testing.T) {
 			f.share(t, "3e9a1c2b-7f4d-4c1e-9b2a-5d6e7f8a9b0c")
 			return nil
 		}},
+		"shared GPU, a process of a pod of both claims": {wantHeld: HeldProcess, setup: func(t *testing.T, f *guardFixture) func() {
+			unregister := f.share(t, "3e9a1c2b-7f4d-4c1e-9b2a-5d6e7f8a9b0c")
+			f.engine.claims[0].Pods = append(f.engine.claims[0].Pods, checkpoint.ReservedPod{Name: "q", UID: "3e9a1c2b-7f4d-4c1e-9b2a-5d6e7f8a9b0c"})
+			return unregister
+		}},
 		"shared GPU, a process of no known pod": {wantHeld: HeldProcess, setup: func(t *testing.T, f *guardFixture) func() {
 			unregister := f.share(t, "11111111-7f4d-4c1e-9b2a-5d6e7f8a9b0c")
 			return unregister
