@@ -60,8 +60,19 @@ type PreparedClaim struct {
 	// Devices are the allocated devices the plugin prepared (or started to
 	// prepare) for the claim, in allocation result order.
 	Devices []PreparedDevice `json:"devices,omitempty"`
+	// Pods are the pods the claim was reserved for when it was prepared
+	// (its status.reservedFor), in the claim's namespace: while one of them
+	// runs on this node, the claim is never released as stale
+	// (pkg/staleclaims). Checkpoints of older releases have none.
+	Pods []ReservedPod `json:"pods,omitempty"`
 	// Unknown are fields of a newer release, kept as they are.
 	Unknown Unknown `json:"-"`
+}
+
+// ReservedPod is a pod a prepared claim was reserved for.
+type ReservedPod struct {
+	Name string    `json:"name"`
+	UID  types.UID `json:"uid"`
 }
 
 // PreparedDevice is one allocated device of a prepared claim.

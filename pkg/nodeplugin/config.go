@@ -125,6 +125,10 @@ type Config struct {
 	// ResourceClaim is gone (or no longer allocated here) is kept before
 	// the plugin releases it (pkg/staleclaims); zero: never.
 	StaleClaimGracePeriod time.Duration
+	// PodResourcesSocket is the kubelet's pod-resources socket, asked
+	// which containers use a stale claim before it is released; empty:
+	// not asked (the pods and NVML still are).
+	PodResourcesSocket string
 
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
@@ -191,6 +195,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.LivenessFailureThreshold, "liveness-failure-threshold", liveness.DefaultFailureThreshold, "Consecutive failed rounds of a probe check before /livez fails and the kubelet restarts the plugin; /readyz fails at the first.")
 	fs.DurationVar(&c.DevicePluginCheckPeriod, "device-plugin-check-period", 10*time.Second, "How often to read this node's Node for resources that NVIDIA's device plugin advertises (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*); while the node's allocatable has one, no devices are published, so two drivers never hand out the same GPUs (docs/migration.md). 0 disables the check.")
 	fs.DurationVar(&c.StaleClaimGracePeriod, "stale-claim-grace-period", 5*time.Minute, "How long a prepared claim whose ResourceClaim is gone, has another UID or is no longer allocated to this node stays prepared before the plugin releases it (the kubelet lost its record of the claim); well above the kubelet's own cleanup after a restart (about 80 s). 0 never releases (docs/operations.md).")
+	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "The kubelet's PodResources socket: a stale claim a container the kubelet lists still uses is not released, nor is one when the socket cannot be read (docs/operations.md, Stale claims). Empty: the kubelet is not asked.")
 	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks and the engine is not stalled (--engine-stall-bound) (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
@@ -287,6 +292,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StaleClaimGracePeriod < 0 {
 		return fmt.Errorf("--stale-claim-grace-period=%s: must not be negative (0 turns releasing stale claims off)", c.StaleClaimGracePeriod)
+	}
+	if c.PodResourcesSocket != "" && !filepath.IsAbs(c.PodResourcesSocket) {
+		return fmt.Errorf("--pod-resources-socket=%q: must be an absolute path (empty: the kubelet is not asked)", c.PodResourcesSocket)
 	}
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)

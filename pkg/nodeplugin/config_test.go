@@ -18,6 +18,7 @@ func TestConfigValidate(t *testing.T) {
 		"no node":                 {func(c *Config) { c.NodeName = "" }, "--node-name is required"},
 		"relative host root":      {func(c *Config) { c.HostDriverRoot = "run/nvidia" }, "--host-driver-root"},
 		"negative stale grace":    {func(c *Config) { c.StaleClaimGracePeriod = -time.Second }, "--stale-claim-grace-period"},
+		"relative pod resources":  {func(c *Config) { c.PodResourcesSocket = "kubelet.sock" }, "--pod-resources-socket"},
 		"shm size with pods":      {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1Gi" }, ""},
 		"shm size zero":           {func(c *Config) { c.MPSShmSize = "0" }, ""},
 		"shm size without pods":   {func(c *Config) { c.MPSShmSize = "1Gi" }, "--mps-shm-size needs --mps-daemon-image"},

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -136,7 +138,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		go gate.Run(ctx)
 		target = gate
 	}
-	stale, err := staleReleaser(cfg, client, drv)
+	stale, err := staleReleaser(cfg, client, drv, hw.nvml)
 	if err != nil {
 		return err
 	}
@@ -253,12 +255,14 @@ func kubeClient(cfg *Config) (kubernetes.Interface, error) {
 
 // staleReleaser releases the claims the kubelet will never unprepare; nil
 // when --stale-claim-grace-period is 0.
-func staleReleaser(cfg *Config, client kubernetes.Interface, drv *prepare.Engine) (*staleclaims.Releaser, error) {
+// Before a release it asks the kubelet, the API server and NVML whether a
+// container may still use the claim.
+func staleReleaser(cfg *Config, client kubernetes.Interface, drv *prepare.Engine, nvml nvml.Interface) (*staleclaims.Releaser, error) {
 	if cfg.StaleClaimGracePeriod == 0 {
 		return nil, nil
 	}
 	return staleclaims.New(staleclaims.Options{
 		Client: client, Engine: drv, DriverName: cfg.DriverName, PoolName: cfg.NodeName, NodeName: cfg.NodeName,
-		GracePeriod: cfg.StaleClaimGracePeriod,
+		GracePeriod: cfg.StaleClaimGracePeriod, PodResourcesSocket: cfg.PodResourcesSocket, NVML: nvml,
 	})
 }

@@ -68,7 +68,7 @@ func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 
 	entry := &checkpoint.PreparedClaim{
 		UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
-		State: checkpoint.PrepareStarted, Devices: planned,
+		State: checkpoint.PrepareStarted, Devices: planned, Pods: reservedPods(claim),
 	}
 	if err := d.recordStart(ctx, entry); err != nil {
 		return nil, err
@@ -139,6 +139,7 @@ func (d *Engine) alreadyPrepared(ctx context.Context, claim *resourceapi.Resourc
 		return nil, true, fmt.Errorf("the claim is prepared on this node with devices %v, its allocation now names %v: it must be unprepared before it is prepared with another allocation", recorded, current)
 	}
 	klog.FromContext(ctx).V(4).Info("Claim already prepared")
+	d.recordPods(ctx, existing, claim)
 	return kubeletDevices(existing.Devices), true, nil
 }
 
@@ -358,6 +359,7 @@ func deviceNames(devices []checkpoint.PreparedDevice) []string {
 
 func cloneClaim(c *checkpoint.PreparedClaim) *checkpoint.PreparedClaim {
 	cc := *c
+	cc.Pods = slices.Clone(c.Pods)
 	cc.Devices = make([]checkpoint.PreparedDevice, len(c.Devices))
 	for i, pd := range c.Devices {
 		pd.UUIDs = slices.Clone(pd.UUIDs)
@@ -374,4 +376,34 @@ func cloneClaim(c *checkpoint.PreparedClaim) *checkpoint.PreparedClaim {
 		cc.Devices[i] = pd
 	}
 	return &cc
+}
+
+// reservedPods lists the pods the claim is reserved for, so that a stale
+// release can tell whether one of them still runs here.
+func reservedPods(claim *resourceapi.ResourceClaim) []checkpoint.ReservedPod {
+	var pods []checkpoint.ReservedPod
+	for _, r := range claim.Status.ReservedFor {
+		if r.APIGroup == "" && r.Resource == "pods" {
+			pods = append(pods, checkpoint.ReservedPod{Name: r.Name, UID: r.UID})
+		}
+	}
+	return pods
+}
+
+// recordPods adds the pods a prepared claim is now also reserved for (a
+// claim shared by pods started one after the other). A failed save only
+// loses this evidence; the kubelet and NVML still vouch for those pods.
+func (d *Engine) recordPods(ctx context.Context, existing *checkpoint.PreparedClaim, claim *resourceapi.ResourceClaim) {
+	added := false
+	for _, p := range reservedPods(claim) {
+		if !slices.Contains(existing.Pods, p) {
+			existing.Pods, added = append(existing.Pods, p), true
+		}
+	}
+	if !added {
+		return
+	}
+	if err := d.put(ctx, existing); err != nil {
+		klog.FromContext(ctx).Error(err, "Record the pods of a prepared claim")
+	}
 }

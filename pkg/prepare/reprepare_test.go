@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 )
 
 // A repeated prepare of a prepared claim returns the recorded result
@@ -58,5 +61,37 @@ func TestRePrepare(t *testing.T) {
 				t.Errorf("the refused re-prepare changed the record: %+v", cl)
 			}
 		})
+	}
+}
+
+// The pods a claim is reserved for are recorded at prepare, and those of a
+// later prepare of the prepared claim (a second pod sharing it) added, so
+// that a stale release can ask whether they still run (pkg/staleclaims).
+func TestPrepareRecordsPods(t *testing.T) {
+	d := newTestDriver(t, nil)
+	claim := allocated("c", []string{"gpu-0"})
+	reserve := func(names ...string) {
+		claim.Status.ReservedFor = nil
+		for _, n := range names {
+			claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: n, UID: types.UID(n + "-uid")})
+		}
+		claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{APIGroup: "example.com", Resource: "jobs", Name: "j", UID: "j-uid"})
+		res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+		if err != nil || res[claim.UID].Err != nil {
+			t.Fatalf("prepare: %v %v", err, res[claim.UID].Err)
+		}
+	}
+	reserve("a")
+	reserve("a", "b")
+	want := []checkpoint.ReservedPod{{Name: "a", UID: "a-uid"}, {Name: "b", UID: "b-uid"}}
+	if cl := d.PreparedClaims(); len(cl) != 1 || !slices.Equal(cl[0].Pods, want) {
+		t.Errorf("recorded pods %+v, want %+v", cl, want)
+	}
+	saved, err := d.store.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := saved.Get(claim.UID); !ok || !slices.Equal(c.Pods, want) {
+		t.Errorf("saved pods %+v, want %+v", c, want)
 	}
 }

@@ -8,9 +8,14 @@
 // the scheduler gives them to fails to prepare. A Releaser walks the
 // engine's prepared claims, asks the API server about each, and releases a
 // claim that stayed stale for a grace period: its ResourceClaim is gone,
-// has another UID, or is no longer allocated to this node's pool. A claim
-// that exists allocated here is never released, and neither is one the API
-// server could not be asked about.
+// has another UID, is no longer allocated to this node's pool, or is
+// allocated here to other devices (reallocated under the same UID: its
+// prepare waits for this release). A claim that exists allocated here to
+// its prepared devices is never released, and neither is one the API
+// server could not be asked about, nor one a container may still use
+// (guards.go): a stale claim is held back while the kubelet lists a
+// container with it, a pod it was reserved for still runs here, or NVML
+// lists a process on its devices, and when that cannot be told.
 package staleclaims
 
 import (
@@ -20,9 +25,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -46,6 +53,7 @@ const (
 	ReasonDeleted      = "deleted"       // the ResourceClaim is gone
 	ReasonReplaced     = "replaced"      // a ResourceClaim of that name has another UID
 	ReasonNotAllocated = "not_allocated" // it is no longer allocated to this node's pool
+	ReasonReallocated  = "reallocated"   // it is allocated here to other devices
 )
 
 // Options configure a Releaser.
@@ -64,6 +72,20 @@ type Options struct {
 	Period time.Duration
 	// Clock tells the time (tests step a fake one); nil: the real clock.
 	Clock clock.PassiveClock
+
+	// The evidence that a container may still use a stale claim (see
+	// guards.go). Client's pods are always asked.
+	//
+	// PodResourcesSocket is the kubelet's pod-resources socket; empty:
+	// the kubelet is not asked.
+	PodResourcesSocket string
+	// NVML lists the processes on the claim's devices; nil: not asked.
+	NVML nvml.Interface
+	// ProcRoot is the host's /proc, for the pod of a process on a device
+	// the claim shares; empty: /proc.
+	ProcRoot string
+	// EvidenceTimeout bounds a PodResources call; zero: 10s.
+	EvidenceTimeout time.Duration
 }
 
 // Releaser releases stale claims; see the package comment.
@@ -73,6 +95,9 @@ type Releaser struct {
 	// firstStale is when each claim was first found stale, by UID; only
 	// Check touches it.
 	firstStale map[types.UID]time.Time
+	// heldFor is why each claim stale for the grace period is held back,
+	// by UID: a new reason records a new event. Only Check touches it.
+	heldFor map[types.UID]string
 }
 
 // New returns a Releaser.
@@ -95,7 +120,13 @@ func New(opts Options) (*Releaser, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Releaser{opts: opts, metrics: newMetrics(opts.NodeName), firstStale: map[types.UID]time.Time{}}, nil
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.EvidenceTimeout == 0 {
+		opts.EvidenceTimeout = 10 * time.Second
+	}
+	return &Releaser{opts: opts, metrics: newMetrics(opts.NodeName), firstStale: map[types.UID]time.Time{}, heldFor: map[types.UID]string{}}, nil
 }
 
 // Metrics returns the Releaser's metrics, for the plugin's registry.
@@ -126,7 +157,9 @@ func (r *Releaser) Check(ctx context.Context) int {
 	now := r.opts.Clock.Now()
 	released := 0
 	seen := map[types.UID]bool{}
-	for _, c := range r.opts.Engine.PreparedClaims() {
+	prepared := r.opts.Engine.PreparedClaims()
+	defer r.countHeld()
+	for _, c := range prepared {
 		if !c.State.Known() {
 			continue // a newer release's entry: left alone, as the engine does
 		}
@@ -139,6 +172,7 @@ func (r *Releaser) Check(ctx context.Context) int {
 			continue
 		case reason == "":
 			delete(r.firstStale, c.UID)
+			delete(r.heldFor, c.UID)
 			continue
 		}
 		first, ok := r.firstStale[c.UID]
@@ -150,20 +184,23 @@ func (r *Releaser) Check(ctx context.Context) int {
 		if now.Sub(first) < r.opts.GracePeriod {
 			continue
 		}
-		if r.release(klog.NewContext(ctx, log), &c) {
+		if r.release(klog.NewContext(ctx, log), &c, prepared) {
 			released++
 		}
 	}
 	for uid := range r.firstStale {
 		if !seen[uid] {
 			delete(r.firstStale, uid) // unprepared meanwhile
+			delete(r.heldFor, uid)
 		}
 	}
 	return released
 }
 
 // release releases c if it is still stale when the engine holds its lock.
-func (r *Releaser) release(ctx context.Context, c *checkpoint.PreparedClaim) bool {
+// Under that lock no prepare or unprepare of the claim runs, so what the
+// guards see stays true until the release is done.
+func (r *Releaser) release(ctx context.Context, c *checkpoint.PreparedClaim, prepared []checkpoint.PreparedClaim) bool {
 	logger := klog.FromContext(ctx)
 	var reason string
 	obj := kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}
@@ -172,18 +209,27 @@ func (r *Releaser) release(ctx context.Context, c *checkpoint.PreparedClaim) boo
 		if reason, err = r.staleness(ctx, c); err == nil && reason == "" {
 			err = errInUse
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return r.inUse(ctx, c, prepared)
 	})
+	if h, ok := isHeld(err); ok {
+		r.hold(ctx, c, reason, h)
+		return false
+	}
 	switch {
 	case errors.Is(err, errInUse):
 		logger.Info("Stale claim is allocated to this node again; keeping it")
 		delete(r.firstStale, c.UID)
+		delete(r.heldFor, c.UID)
 		return false
 	case err != nil:
 		logger.Error(err, "Release stale claim")
 		return false
 	}
 	delete(r.firstStale, c.UID)
+	delete(r.heldFor, c.UID)
 	devices := deviceNames(c)
 	logger.Info("Released stale claim", "reason", reason, "devices", devices)
 	r.metrics.released.WithLabelValues(reason).Inc()
@@ -204,8 +250,38 @@ func (r *Releaser) staleness(ctx context.Context, c *checkpoint.PreparedClaim) (
 		return ReasonReplaced, nil
 	case !r.allocatedHere(claim):
 		return ReasonNotAllocated, nil
+	case !r.allocatedTo(claim, c):
+		return ReasonReallocated, nil
 	}
 	return "", nil
+}
+
+// allocatedTo reports whether the claim's results for this driver and
+// pool are the devices c was prepared with.
+func (r *Releaser) allocatedTo(claim *resourceapi.ResourceClaim, c *checkpoint.PreparedClaim) bool {
+	want := map[string]int{}
+	for _, d := range c.Devices {
+		want[d.Request+"/"+d.Pool+"/"+d.Device+"#"+d.ShareID]++
+	}
+	for _, res := range claim.Status.Allocation.Devices.Results {
+		if res.Driver != r.opts.DriverName || res.Pool != r.opts.PoolName {
+			continue
+		}
+		key := res.Request + "/" + res.Pool + "/" + res.Device + "#"
+		if res.ShareID != nil {
+			key += string(*res.ShareID)
+		}
+		if want[key] == 0 {
+			return false
+		}
+		want[key]--
+	}
+	for _, n := range want {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Releaser) allocatedHere(claim *resourceapi.ResourceClaim) bool {

@@ -110,7 +110,17 @@ func TestCheck(t *testing.T) {
 		"allocated to node-2":   {api: func(int) (*resourceapi.ResourceClaim, error) { return claim("uid-1", "node-2"), nil }, wantReason: ReasonNotAllocated},
 		"only another driver's": {api: func(int) (*resourceapi.ResourceClaim, error) { return claim("uid-1", "other-driver"), nil }, wantReason: ReasonNotAllocated},
 		"allocated here":        {api: func(int) (*resourceapi.ResourceClaim, error) { return claim("uid-1", "node-2", node), nil }},
-		"API error":             {api: func(int) (*resourceapi.ResourceClaim, error) { return nil, apierrors.NewInternalError(errTest) }},
+		"allocated here to another device": {api: func(int) (*resourceapi.ResourceClaim, error) {
+			c := claim("uid-1", node)
+			c.Status.Allocation.Devices.Results[0].Device = "gpu-1"
+			return c, nil
+		}, wantReason: ReasonReallocated},
+		"allocated here to one more device": {api: func(int) (*resourceapi.ResourceClaim, error) {
+			c := claim("uid-1", node, node)
+			c.Status.Allocation.Devices.Results[1].Device = "gpu-1"
+			return c, nil
+		}, wantReason: ReasonReallocated},
+		"API error": {api: func(int) (*resourceapi.ResourceClaim, error) { return nil, apierrors.NewInternalError(errTest) }},
 		"forbidden": {api: func(int) (*resourceapi.ResourceClaim, error) {
 			return nil, apierrors.NewForbidden(schema.GroupResource{}, "g", errTest)
 		}},

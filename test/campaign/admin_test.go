@@ -85,11 +85,11 @@ func adminClaim(name, device string) *resourceapi.ResourceClaim {
 	return obj
 }
 
-// checkExclusive is the invariant that no device, nor share of a device, is
+// checkNoDeviceTwice is the invariant that no device, nor share of a device, is
 // in the checkpoint for two claims; admin access is used beside a holder
 // and is exempt. (The physical overlaps of different devices of one GPU
 // are pkg/prepare's conflict tests'.)
-func checkExclusive(cp *checkpoint.Checkpoint, fail func(string, ...any)) {
+func checkNoDeviceTwice(cp *checkpoint.Checkpoint, fail func(string, ...any)) {
 	holder := map[string]types.UID{}
 	for uid, e := range cp.All() {
 		for _, d := range e.Devices {
@@ -108,9 +108,9 @@ func checkExclusive(cp *checkpoint.Checkpoint, fail func(string, ...any)) {
 	}
 }
 
-// checkExclusive reports a device or share held by two claims, and only
+// checkNoDeviceTwice reports a device or share held by two claims, and only
 // that: admin access beside a holder, and two shares of one device, pass.
-func TestCheckExclusive(t *testing.T) {
+func TestCheckNoDeviceTwice(t *testing.T) {
 	dev := func(name, shareID string, admin bool) checkpoint.PreparedDevice {
 		return checkpoint.PreparedDevice{Device: name, ShareID: shareID, AdminAccess: admin}
 	}
@@ -129,9 +129,9 @@ func TestCheckExclusive(t *testing.T) {
 			cp.Put(&checkpoint.PreparedClaim{UID: "a", Devices: []checkpoint.PreparedDevice{tc.a}})
 			cp.Put(&checkpoint.PreparedClaim{UID: "b", Devices: []checkpoint.PreparedDevice{tc.b}})
 			var got []string
-			checkExclusive(cp, func(f string, args ...any) { got = append(got, fmt.Sprintf(f, args...)) })
+			checkNoDeviceTwice(cp, func(f string, args ...any) { got = append(got, fmt.Sprintf(f, args...)) })
 			if (len(got) > 0) != tc.want {
-				t.Errorf("checkExclusive reported %q, want a report %v", got, tc.want)
+				t.Errorf("checkNoDeviceTwice reported %q, want a report %v", got, tc.want)
 			}
 		})
 	}

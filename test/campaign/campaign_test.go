@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
@@ -133,6 +134,11 @@ type run struct {
 	kinds      map[string]int
 	violations []string
 	seen       map[string]bool
+
+	// kubelet is the PodResources API the plugin asks before releasing a
+	// stale claim; listed are the claims it lists, with what unlists them.
+	kubelet *kubelet.PodResources
+	listed  map[string]func()
 }
 
 func newRun(t *testing.T, seed uint64, bugs map[string]bool) *run {
@@ -168,6 +174,7 @@ func newRun(t *testing.T, seed uint64, bugs map[string]bool) *run {
 		r.uuids = append(r.uuids, g.UUID)
 	}
 	r.static = []string{fmt.Sprintf("%s/%d", inst.GPUUUID, inst.GIID)}
+	r.serveKubelet()
 	return r
 }
 

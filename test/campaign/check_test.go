@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 func ctxBackground() context.Context { return context.Background() }
@@ -191,7 +192,7 @@ func (r *run) check(afterRestart bool) []string {
 		}
 		return false
 	}
-	checkExclusive(v.cp, fail)
+	checkNoDeviceTwice(v.cp, fail)
 	owned := map[string]string{} // MIG instance -> claim UID
 	for uid, e := range v.cp.All() {
 		if r.claims[string(uid)] == nil {
@@ -240,6 +241,7 @@ func (r *run) check(afterRestart bool) []string {
 			}
 		}
 	}
+	r.checkExclusive(v, fail)
 	for dir := range v.daemons {
 		if s := v.mps[filepath.Join(dir, "state.json")]; len(s.Shares) == 0 {
 			fail("leak: an MPS control daemon runs in %s without shares", filepath.Base(dir))
@@ -285,4 +287,42 @@ func hasShares(states map[string]shareState, uuid string) bool {
 		}
 	}
 	return false
+}
+
+// checkExclusive: no device is prepared for two claims while either's
+// container runs (the kubelet holds it prepared and its pod has not
+// ended), and a whole GPU prepared for one is prepared for no other claim
+// in any form. Admin access (admin_test.go) is beside its holder, not a
+// second holder.
+func (r *run) checkExclusive(v *nodeView, fail func(string, ...any)) {
+	holders := map[string]string{} // device#share -> claim
+	onGPU := map[string][]string{} // GPU UUID -> claims with a device on it
+	whole := map[string]string{}   // GPU UUID -> claim holding it whole
+	for _, c := range r.sortedClaims() {
+		e, ok := v.cp.Get(c.obj.UID)
+		if c.state != prepared || c.ended || !ok {
+			continue
+		}
+		for _, d := range e.Devices {
+			if d.AdminAccess {
+				continue
+			}
+			key := d.Device + "#" + d.ShareID
+			if other, dup := holders[key]; dup && other != c.obj.Name {
+				fail("device %s prepared for claims %s and %s while their containers run", key, other, c.obj.Name)
+			}
+			holders[key] = c.obj.Name
+			if !slices.Contains(onGPU[d.GPUUUID], c.obj.Name) {
+				onGPU[d.GPUUUID] = append(onGPU[d.GPUUUID], c.obj.Name)
+			}
+			if d.Kind == vocabulary.KindGPU && d.ShareID == "" {
+				whole[d.GPUUUID] = c.obj.Name
+			}
+		}
+	}
+	for uuid, name := range whole {
+		if len(onGPU[uuid]) > 1 {
+			fail("GPU %s prepared whole for claim %s and also for %v while their containers run", uuid, name, onGPU[uuid])
+		}
+	}
 }

@@ -68,6 +68,8 @@ func runChild(root string) error {
 	}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.MPSControl = filepath.Join(root, mpsControl)
+	cfg.StaleClaimGracePeriod = staleGrace
+	cfg.PodResourcesSocket = filepath.Join(root, podResourcesSocket)
 	client := apiserver.NodeClient(nodeName)
 	client.PrependReactor("get", "resourceclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		get := a.(k8stesting.GetAction)

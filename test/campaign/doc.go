@@ -65,6 +65,16 @@
 //     holds (a held MIG device's parent GPU), or to the static MIG device
 //     (admin_test.go): it prepares beside the holder, and either may go
 //     first.
+//   - Stale claims (stale_test.go; the plugin runs with a 1 s grace period
+//     and asks the campaign's PodResources API, which lists a container
+//     for every claim the kubelet holds prepared): a prepared claim's
+//     ResourceClaim deleted while its container runs must stay prepared
+//     past the grace period, and a whole-GPU claim the scheduler then
+//     gives its GPU must not prepare until the container ends and the
+//     stale claim is released (stale-live); one whose container ended is
+//     released (stale-dead); one reallocated on this node to other GPUs
+//     under the same UID after its pod ended prepares with its new devices
+//     once the old preparation is released (stale-reallocated).
 //
 // # Invariants
 //
@@ -77,8 +87,10 @@
 // MPS share belongs to a claim the kubelet has not unprepared, no MPS
 // daemon runs without shares, no GPU keeps a time-slice level or the
 // exclusive compute mode without shares, and the static MIG instance
-// survives. No device (nor share of one) is in the checkpoint for two
-// claims, unless one of them has admin access. After a restart, no claim is half done and a spec exists
+// survives. No device (nor share of one) is prepared for two claims
+// while either's container runs, and a whole GPU prepared for one claim
+// is prepared for no other, unless a claim has admin access. After a
+// restart, no claim is half done and a spec exists
 // exactly for each completed claim. The plugin serves within 30 s of each
 // start (no crash loop) and prepares a fresh claim. At the end every claim
 // is unprepared and the node must be clean: empty checkpoint, no specs, no

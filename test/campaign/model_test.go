@@ -57,6 +57,10 @@ type claim struct {
 	ids []string
 	// born is the op index that allocated it, for violation reports.
 	born int
+	// ended: its pod ended while the kubelet had lost its record of the
+	// claim, so the kubelet lists no container with it and never
+	// unprepares it (stale_test.go).
+	ended bool
 }
 
 func (c *claim) uid() string { return string(c.obj.UID) }

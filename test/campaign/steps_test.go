@@ -13,7 +13,10 @@ func (r *run) step() {
 		r.batch(false) // mostly let the plugin reach its fault point first
 		return
 	}
+	r.syncKubelet()
 	switch x := r.rng.IntN(100); {
+	case x < 10:
+		r.staleStep() // falls back to a batch while the plugin is armed
 	case x < 62:
 		r.batch(false)
 	case x < 70:
