@@ -27,6 +27,13 @@ import (
 // configs. An UPDATE of a DeviceClass that drops our config is not sent
 // either: it leaves nothing to validate. No rule names DELETE, where object
 // is null.
+//
+// The last webhook sends ResourceQuotas (CREATE and UPDATE) whose spec.hard
+// names a device plugin resource without the requests. prefix; the handler
+// only warns about them. Its failurePolicy is always Ignore, whatever
+// failurePolicy says: a warning is not worth refusing a quota for, and under
+// Fail an outage of the controller would block creating namespaces' quotas
+// that name our resources.
 func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookClientConfig, failurePolicy admissionregistrationv1.FailurePolicyType, timeoutSeconds int32) []admissionregistrationv1.ValidatingWebhook {
 	rule := func(resources []string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
@@ -39,12 +46,12 @@ func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookCli
 			},
 		}
 	}
-	common := func(name, configs string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
+	common := func(name string, condition admissionregistrationv1.MatchCondition, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
 		return admissionregistrationv1.ValidatingWebhook{
 			Name:                    name,
 			ClientConfig:            clientConfig,
 			Rules:                   rules,
-			MatchConditions:         []admissionregistrationv1.MatchCondition{hasOurConfig(driverName, configs)},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{condition},
 			FailurePolicy:           ptr.To(failurePolicy),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
@@ -52,14 +59,28 @@ func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookCli
 			AdmissionReviewVersions: []string{"v1"},
 		}
 	}
+	quotas := common("resourcequotas."+driverName, admissionregistrationv1.MatchCondition{Name: quotaConditionName, Expression: quotaCondition},
+		admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{quotasGVR.Group}, APIVersions: []string{quotasGVR.Version}, Resources: []string{quotasGVR.Resource},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		})
+	quotas.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 	return []admissionregistrationv1.ValidatingWebhook{
-		common("claims."+driverName, claimConfigs, rule([]string{"resourceclaims", "resourceclaimtemplates"}, admissionregistrationv1.Create)),
-		common("deviceclasses."+driverName, classConfigs, rule([]string{"deviceclasses"}, admissionregistrationv1.Create, admissionregistrationv1.Update)),
+		common("claims."+driverName, hasOurConfig(driverName, claimConfigs), rule([]string{"resourceclaims", "resourceclaimtemplates"}, admissionregistrationv1.Create)),
+		common("deviceclasses."+driverName, hasOurConfig(driverName, classConfigs), rule([]string{"deviceclasses"}, admissionregistrationv1.Create, admissionregistrationv1.Update)),
+		quotas,
 	}
 }
 
-// matchConditionName names the matchCondition of every webhook.
-const matchConditionName = "hasOpaqueConfigForDriver"
+// The names of the matchConditions: that of the config webhooks and that of
+// the quota webhook.
+const (
+	matchConditionName = "hasOpaqueConfigForDriver"
+	quotaConditionName = "hardHasUnenforcedGPUName"
+)
 
 // CEL expressions for the DeviceConfigs of an object, as optional lists: the
 // .? operator yields none where a field is absent, so objects without config

@@ -3,7 +3,9 @@
 // ResourceClaims, ResourceClaimTemplates and DeviceClasses with the same
 // api/gpu/v1beta1.DecodeDefaultValidate the kubelet plugin runs at prepare,
 // so a config that is admitted is a config the plugin accepts. Configs of
-// other drivers are not looked at.
+// other drivers are not looked at. ResourceQuotas that limit a device
+// plugin resource name without the requests. prefix, which the API server
+// accepts but never enforces, are admitted with a warning (quota.go).
 package webhook
 
 import (
@@ -118,6 +120,9 @@ func (h *Handler) admit(logger klog.Logger, req *admissionv1.AdmissionRequest) (
 	if req.SubResource != "" { // e.g. resourceclaims/status, written by the scheduler
 		return allowed, ""
 	}
+	if req.Resource == quotasGVR {
+		return admitQuota(logger, req), ""
+	}
 	kind, ok := kinds[req.Resource.Resource]
 	if !ok || req.Resource.Group != resourceGroup {
 		// The webhook configuration's rules send something this webhook
@@ -183,6 +188,9 @@ func resourceString(r metav1.GroupVersionResource) string {
 // resourceLabel is the metrics label of a request's resource: bounded to
 // the handled resources.
 func resourceLabel(req *admissionv1.AdmissionRequest) string {
+	if req.Resource == quotasGVR {
+		return quotasGVR.Resource
+	}
 	if _, ok := kinds[req.Resource.Resource]; ok && req.Resource.Group == resourceGroup {
 		return req.Resource.Resource
 	}

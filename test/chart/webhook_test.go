@@ -1,0 +1,51 @@
+package chart
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/webhook"
+)
+
+// The chart's webhook configuration is the one pkg/controller/webhook
+// defines, under either failurePolicy: in particular the ResourceQuota rule
+// (CREATE, UPDATE) exists, and stays Ignore under Fail, since it only warns.
+func TestChartWebhooks(t *testing.T) {
+	helmBinary(t) // skip (or fail in CI) once, not per case
+	for _, policy := range []admissionregistrationv1.FailurePolicyType{admissionregistrationv1.Fail, admissionregistrationv1.Ignore} {
+		t.Run(string(policy), func(t *testing.T) {
+			out, err := helm(t, "template", "rel", chartDir, "-n", "ns", "--set", "controller.webhook.failurePolicy="+string(policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var vwc *admissionregistrationv1.ValidatingWebhookConfiguration
+			for _, doc := range strings.Split(out, "\n---") {
+				if !strings.Contains(doc, "\nkind: ValidatingWebhookConfiguration\n") {
+					continue
+				}
+				vwc = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+				if err := yaml.UnmarshalStrict([]byte(doc), vwc); err != nil {
+					t.Fatalf("%v in:\n%s", err, doc)
+				}
+			}
+			if vwc == nil {
+				t.Fatal("the chart renders no ValidatingWebhookConfiguration")
+			}
+			want := webhook.Webhooks("gpu.dra.dev", admissionregistrationv1.WebhookClientConfig{
+				Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "rel-gpu-dra-driver-controller", Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
+			}, policy, 10)
+			if diff := cmp.Diff(want, vwc.Webhooks); diff != "" {
+				t.Errorf("chart webhooks differ from pkg/controller/webhook.Webhooks (-want +got):\n%s", diff)
+			}
+			i := len(vwc.Webhooks) - 1
+			if wh := vwc.Webhooks[i]; wh.Name != "resourcequotas.gpu.dra.dev" || ptr.Deref(wh.FailurePolicy, "") != admissionregistrationv1.Ignore {
+				t.Errorf("last webhook %s, failurePolicy %v: want resourcequotas.gpu.dra.dev under Ignore", wh.Name, ptr.Deref(wh.FailurePolicy, ""))
+			}
+		})
+	}
+}
