@@ -34,7 +34,7 @@ const (
 type Metrics struct {
 	// AdmissionDuration is the time to answer one AdmissionReview, by
 	// resource (resourceclaims, resourceclaimtemplates, deviceclasses,
-	// unknown) and whether it was allowed.
+	// resourcequotas, unknown) and whether it was allowed.
 	AdmissionDuration *metrics.HistogramVec
 	// AdmissionRejections counts denied or unreadable admissions by resource
 	// and reason (invalid, decode, bad_request).

@@ -16,7 +16,11 @@ import (
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/internal/metricstest"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 )
 
 func quota(names ...string) *corev1.ResourceQuota {
@@ -84,10 +88,16 @@ func TestQuotaWarnings(t *testing.T) {
 			})
 		}
 	}
-	t.Run("undecodable quota is admitted", func(t *testing.T) {
-		_, resp, _ := post(t, NewHandler(driver, nil), reviewJSON(t, admissionv1.Create, quotasGVR, map[string]any{"spec": "x"}, nil))
+	t.Run("undecodable quota is admitted, latency labelled resourcequotas", func(t *testing.T) {
+		reg := k8smetrics.NewKubeRegistry()
+		m := metrics.New()
+		m.MustRegister(reg)
+		_, resp, _ := post(t, NewHandler(driver, m), reviewJSON(t, admissionv1.Create, quotasGVR, map[string]any{"spec": "x"}, nil))
 		if resp == nil || !resp.Allowed || len(resp.Warnings) != 0 {
 			t.Errorf("response %+v, want allowed without warnings", resp)
+		}
+		if n := metricstest.Value(t, reg, "gpu_dra_controller_admission_duration_seconds", map[string]string{"resource": quotasGVR.Resource, "allowed": "true"}); n != 1 {
+			t.Errorf("resourcequotas latency samples = %v, want 1", n)
 		}
 	})
 }
