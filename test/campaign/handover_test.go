@@ -40,12 +40,20 @@ func (r *run) handOverBy(kill bool) {
 	if kill {
 		how = "sigkill"
 	}
+	before, err := childproc.Journal(r.dirs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	r.fault("hand-over", "("+how+")")
+	if kill {
+		r.kinds["hand-over by SIGKILL"]++
+	}
 	busy := map[string]bool{}
 	early := r.pickN(busy, r.rng.IntN(3))
 	earlyDone := callAsync(old.Kubelet, early)
 	pod := childproc.Pod{UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", r.kinds["hand-over"])}
-	neu, err := childproc.StartPod(r.dirs, pod, startTimeout)
+	var neu *childproc.Child
+	neu, err = childproc.StartPod(r.dirs, pod, startTimeout)
 	if err != nil {
 		<-earlyDone
 		r.violate("hand-over: the new instance did not register beside the old one: %v: %s", err, lastLine(r.dirs))
@@ -87,7 +95,7 @@ func (r *run) handOverBy(kill bool) {
 		r.violate("hand-over: the new instance exited: %s", lastLine(r.dirs))
 	}
 	r.record(waiting, died)
-	for _, v := range checkHandOver(r.dirs, old.Pid(), neu.Pid()) {
+	for _, v := range checkHandOver(r.dirs, len(before), old.Pid(), neu.Pid()) {
 		r.violate("hand-over: %s", v)
 	}
 	if died {
@@ -134,11 +142,14 @@ func callAsync(k *kubelet.Kubelet, actions []*action) <-chan struct{} {
 // never both mutated the node: every step the new one journaled comes
 // after it took the lock, every step of the old one before it released
 // the lock and before the new one took it, and the lock names the new one.
-func checkHandOver(dirs pluginrun.Dirs, oldPID, newPID int) []string {
+// Only the journal's steps from index from on, those of the hand-over,
+// count: a PID may be reused in a long run.
+func checkHandOver(dirs pluginrun.Dirs, from, oldPID, newPID int) []string {
 	steps, err := journalUntilOwned(dirs, newPID)
 	if err != nil {
 		return []string{err.Error()}
 	}
+	steps = steps[min(from, len(steps)):]
 	var out []string
 	owns, released := -1, false
 	for i, s := range steps {
