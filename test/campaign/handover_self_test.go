@@ -29,7 +29,7 @@ func TestHandOverCheckCatchesLateWrite(t *testing.T) {
 			if err := os.Unsetenv(envLateWrite); err != nil {
 				t.Fatal(err)
 			}
-			r.handOverBy(tc.kill)
+			r.handOverBy(tc.kill, 1, 1, 1)
 			got := strings.Join(r.violations, "\n")
 			switch {
 			case tc.want == "" && got != "":

@@ -31,10 +31,21 @@ const (
 // new one must take over everything the old one did, answer its waiting
 // calls, and the old one must have mutated nothing once the new one owned
 // the node.
-func (r *run) handOver() { r.handOverBy(r.rng.IntN(4) == 0) }
+func (r *run) handOver() {
+	r.handOverBy(r.rng.IntN(4) == 0, r.rng.IntN(3), r.rng.IntN(4), r.rng.IntN(3))
+}
 
-// handOverBy is handOver, the old instance ended by SIGKILL if kill.
-func (r *run) handOverBy(kill bool) {
+// Tallies of the hand-overs, in the summary.
+const (
+	tallyHandOverArmed = "hand-over, old one armed"
+	tallyHandOverDied  = "hand-over, old one died at its point"
+	tallyHandOverKill  = "hand-over by SIGKILL"
+)
+
+// handOverBy is handOver with up to nEarly calls sent to the old instance
+// before the new one registers, nWaiting to the new one, and nLate to the
+// old one just before it is stopped, by SIGKILL if kill.
+func (r *run) handOverBy(kill bool, nEarly, nWaiting, nLate int) {
 	old := r.child
 	how := "sigterm"
 	if kill {
@@ -46,10 +57,13 @@ func (r *run) handOverBy(kill bool) {
 	}
 	r.fault("hand-over", "("+how+")")
 	if kill {
-		r.kinds["hand-over by SIGKILL"]++
+		r.kinds[tallyHandOverKill]++
+	}
+	if r.armed != "" {
+		r.kinds[tallyHandOverArmed]++
 	}
 	busy := map[string]bool{}
-	early := r.pickN(busy, r.rng.IntN(3))
+	early := r.pickN(busy, nEarly)
 	earlyDone := callAsync(old.Kubelet, early)
 	pod := childproc.Pod{UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", r.kinds["hand-over"])}
 	var neu *childproc.Child
@@ -67,10 +81,10 @@ func (r *run) handOverBy(kill bool) {
 		return
 	}
 	// The kubelet sends new calls to the newest instance.
-	waiting := r.pickN(busy, r.rng.IntN(4))
+	waiting := r.pickN(busy, nWaiting)
 	waitingDone := callAsync(neu.Kubelet, waiting)
 	// Calls it sent the old one just before: in flight when that one stops.
-	late := r.pickN(busy, r.rng.IntN(3))
+	late := r.pickN(busy, nLate)
 	lateDone := callAsync(old.Kubelet, late)
 	var stopErr error
 	if kill {
@@ -82,6 +96,9 @@ func (r *run) handOverBy(kill bool) {
 	<-earlyDone
 	<-lateDone
 	hit := r.takeHit() // the old one may have died at its fault point
+	if hit != "" {
+		r.kinds[tallyHandOverDied]++
+	}
 	if stopErr != nil && hit == "" {
 		r.violate("hand-over: the old instance: %v", stopErr)
 	}
@@ -105,11 +122,19 @@ func (r *run) handOverBy(kill bool) {
 	r.adopt()
 }
 
-// coverHandOver hands over once in a run that drew none, so that every
-// run (the short one of make check too) passes a hand-over.
+// coverHandOver makes every run (the short one of make check too) hand
+// over at random at least once, and once with the old instance armed at
+// a call's fault point and calls in flight that mostly reach it, so that
+// it dies mid-operation while the new one waits.
 func (r *run) coverHandOver() {
 	if r.kinds["hand-over"] == 0 {
 		r.handOver()
+	}
+	if r.kinds[tallyHandOverDied] == 0 {
+		req := required(r.points)
+		r.force = req[r.rng.IntN(len(req))]
+		r.restart("")
+		r.handOverBy(false, 2, 1, 2)
 	}
 }
 
