@@ -88,7 +88,7 @@ func runChild(root string) error {
 	cfg.FaultHook = childproc.Journaling(root, childproc.KillAt(root, childproc.CrashAt()))
 	cfg.SimulationHook = func(m *nvmlsim.Machine) { journal(stepOwns); go obeyControl(root, m) }
 	childproc.ConfigurePod(cfg)
-	return lateWrite(root, journal, childproc.Serve(cfg))
+	return afterServe(root, journal, childproc.Serve(cfg))
 }
 
 // obeyControl applies the campaign's control commands to the simulated

@@ -221,10 +221,10 @@ func journalUntilOwned(dirs pluginrun.Dirs, pid int) ([]childproc.Step, error) {
 // bug checkHandOver must catch (TestHandOverCheckCatchesLateWrite).
 const envLateWrite = "GPU_DRA_CAMPAIGN_LATE_WRITE"
 
-// lateWrite is the end of a plugin process that serveErr ended; with
-// envLateWrite it first misbehaves as an instance whose goroutine outlives
-// the lock.
-func lateWrite(root string, journal func(string), serveErr error) error {
+// afterServe is the end of a plugin process that serveErr ended: it
+// journals stepReleased and, with envLateWrite, misbehaves as an instance
+// whose goroutine outlives the lock.
+func afterServe(root string, journal func(string), serveErr error) error {
 	journal(stepReleased)
 	if serveErr != nil || os.Getenv(envLateWrite) == "" {
 		return serveErr

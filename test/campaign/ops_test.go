@@ -120,16 +120,7 @@ func (r *run) batch(randomKill bool) {
 	if r.rng.IntN(10) < 3 {
 		n = 2 + r.rng.IntN(3)
 	}
-	busy := map[string]bool{}
-	var actions []*action
-	for range n {
-		a := r.pickAction(busy)
-		if a == nil {
-			break
-		}
-		busy[a.c.uid()] = true
-		actions = append(actions, a)
-	}
+	actions := r.pickN(map[string]bool{}, n)
 	if len(actions) == 0 {
 		return
 	}
