@@ -87,6 +87,7 @@ func TestCampaign(t *testing.T) {
 		r.step()
 	}
 	r.cover()
+	r.coverHandOver()
 	r.finish()
 	r.report()
 }
@@ -254,6 +255,12 @@ func (r *run) start() {
 	if len(failed) > 0 {
 		r.violate("crash loop: the plugin did not start %d times before it served: %s", len(failed), strings.Join(failed, "; "))
 	}
+	r.adopt()
+}
+
+// adopt takes r.child, which now serves, as the plugin: it allocates from
+// what it publishes, checks the node and prepares a fresh claim.
+func (r *run) adopt() {
 	// The scheduler allocates from what this plugin publishes.
 	published, err := readSlices(r.dirs.Root, r.child.Pid(), startTimeout)
 	if err != nil {

@@ -85,9 +85,12 @@ func runChild(root string) error {
 	})
 	cfg.KubeClient = client
 	go mirrorSlices(root, client)
-	cfg.FaultHook = childproc.KillAt(root, childproc.CrashAt())
-	cfg.SimulationHook = func(m *nvmlsim.Machine) { go obeyControl(root, m) }
-	return childproc.Serve(cfg)
+	// The journal shows which process mutated when (hand-overs).
+	journal := childproc.Journaling(root, nil)
+	cfg.FaultHook = childproc.Journaling(root, childproc.KillAt(root, childproc.CrashAt()))
+	cfg.SimulationHook = func(m *nvmlsim.Machine) { journal(stepOwns); go obeyControl(root, m) }
+	childproc.ConfigurePod(cfg)
+	return afterServe(root, journal, childproc.Serve(cfg))
 }
 
 // obeyControl applies the campaign's control commands to the simulated

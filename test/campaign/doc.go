@@ -61,6 +61,16 @@
 //   - A claim whose prepare failed, unprepared by the kubelet, allocated
 //     again to other devices and prepared: the plugin prepares the new
 //     devices and the old ones are free.
+//   - A hand-over, as a rolling update does it (handover_test.go): a
+//     second instance starts while the first serves (with calls in flight,
+//     armed with a fault point if its start was), registers and waits for
+//     the hand-over lock with the calls the kubelet sends it; the old one
+//     gets SIGTERM (sometimes SIGKILL). The new one answers its waiting
+//     calls and holds all the old one did; the journal of mutating steps
+//     shows the old one mutated nothing after it released the lock or
+//     after the new one took it. Every run hands over at random at least
+//     once, and once with the old one armed and calls in flight that
+//     reach its point (it dies mid-operation while the new one waits).
 //   - A claim with admin access (monitoring) to a device a prepared claim
 //     holds (a held MIG device's parent GPU), or to the static MIG device
 //     (admin_test.go): it prepares beside the holder, and either may go

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
+	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
@@ -119,16 +120,7 @@ func (r *run) batch(randomKill bool) {
 	if r.rng.IntN(10) < 3 {
 		n = 2 + r.rng.IntN(3)
 	}
-	busy := map[string]bool{}
-	var actions []*action
-	for range n {
-		a := r.pickAction(busy)
-		if a == nil {
-			break
-		}
-		busy[a.c.uid()] = true
-		actions = append(actions, a)
-	}
+	actions := r.pickN(map[string]bool{}, n)
 	if len(actions) == 0 {
 		return
 	}
@@ -144,21 +136,7 @@ func (r *run) execute(actions []*action, randomKill bool) {
 		killer = time.AfterFunc(time.Duration(r.rng.IntN(6000))*time.Microsecond, func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 		r.fault("kill-random", "")
 	}
-	var wg sync.WaitGroup
-	for _, a := range actions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			defer cancel()
-			if a.prepare {
-				a.ids, a.err = r.child.Kubelet.PrepareOne(ctx, a.c.obj)
-			} else {
-				a.err = r.child.Kubelet.UnprepareOne(ctx, a.c.obj)
-			}
-		}()
-	}
-	wg.Wait()
+	call(r.child.Kubelet, actions)
 	died := false
 	if killer != nil {
 		<-r.child.Done() // the kill comes, if the calls were quicker
@@ -172,6 +150,13 @@ func (r *run) execute(actions []*action, randomKill bool) {
 	if died {
 		hit = r.takeHit()
 	}
+	r.record(actions, died)
+	r.settle(died, hit)
+}
+
+// record updates the model from the answers of the calls; those of a
+// plugin that died are excused.
+func (r *run) record(actions []*action, died bool) {
 	avoid := r.avoid()
 	for _, a := range actions {
 		r.ops++
@@ -200,6 +185,10 @@ func (r *run) execute(actions []*action, randomKill bool) {
 			c.state = pendingUnprepare
 		}
 	}
+}
+
+// settle restarts the plugin if it died, or checks the invariants.
+func (r *run) settle(died bool, hit string) {
 	if died {
 		r.child.Kill() // closes the kubelet's connection
 		r.child = nil
@@ -215,6 +204,25 @@ func (r *run) execute(actions []*action, randomKill bool) {
 	for _, v := range r.check(false) {
 		r.violate("%s", v)
 	}
+}
+
+// call makes the kubelet's calls concurrently and waits for their answers.
+func call(k *kubelet.Kubelet, actions []*action) {
+	var wg sync.WaitGroup
+	for _, a := range actions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			if a.prepare {
+				a.ids, a.err = k.PrepareOne(ctx, a.c.obj)
+			} else {
+				a.err = k.UnprepareOne(ctx, a.c.obj)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // finish unprepares every claim, as the kubelet does when all pods are

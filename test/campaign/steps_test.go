@@ -27,8 +27,10 @@ func (r *run) step() {
 		r.toggleLoss()
 	case x < 92:
 		r.nvmlError()
-	case x < 95:
+	case x < 93:
 		r.restart("")
+	case x < 95:
+		r.handOver()
 	case r.bugs[bugReallocate]:
 		r.reallocate()
 	default:
