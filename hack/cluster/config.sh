@@ -25,16 +25,45 @@ gdd_set_state_dir() {
 	GDD_LOGS=$S/logs
 	GDD_PIDS=$S/pids
 	GDD_ETCD_DIR=$S/etcd
-	GDD_CTRD_DIR=$S/containerd
+	# Each node's files live in $S/nodes/<name> (the host's view). Inside its own
+	# mount namespace a node sees that directory at $S/node and nothing of the
+	# other nodes, so every node-local path below is the same on every node, as
+	# /var/lib/kubelet is on real machines (hack/cluster/node.sh).
+	GDD_NODES_DIR=$S/nodes
+	GDD_NODE_LOCAL=$S/node
+	GDD_CTRD_DIR=$GDD_NODE_LOCAL/containerd
 	GDD_CTRD_SOCK=$GDD_CTRD_DIR/containerd.sock
 	GDD_RUNC_ROOT=$GDD_CTRD_DIR/runc
-	GDD_KUBELET_DIR=$S/kubelet
-	GDD_CNI_CONF_DIR=$S/cni/net.d
-	GDD_CNI_IPAM_DIR=$S/cni/ipam
+	GDD_KUBELET_DIR=$GDD_NODE_LOCAL/kubelet
+	GDD_CNI_CONF_DIR=$GDD_NODE_LOCAL/cni/net.d
+	GDD_CNI_IPAM_DIR=$GDD_NODE_LOCAL/cni/ipam
 }
 
+# gdd_node_dir NAME prints the host's view of node NAME's directory; gdd_host_path
+# NAME PATH turns a node-local PATH (below $GDD_NODE_LOCAL) into the host's view.
+gdd_node_dir() { echo "$GDD_NODES_DIR/$1"; }
+gdd_host_path() { echo "$GDD_NODES_DIR/$1${2#"$GDD_NODE_LOCAL"}"; }
+
 gdd_set_state_dir "${GDD_STATE_DIR:-/tmp/gdd}"
-GDD_NODE_NAME=${GDD_NODE_NAME:-gpu-node-0}
+# GDD_NODES nodes named ${GDD_NODE_PREFIX}0.. each run a kubelet and a containerd in
+# their own mount, network, UTS and IPC namespaces (hack/cluster/node.sh).
+GDD_NODES=${GDD_NODES:-1}
+GDD_NODE_PREFIX=${GDD_NODE_PREFIX:-gpu-node-}
+# The nodes' network: a host bridge with GDD_HOST_IP, node i at .(10+i) and its
+# pods in 10.244.i.0/24 (routed through the host).
+GDD_HOST_BRIDGE=${GDD_HOST_BRIDGE:-gddnet0}
+GDD_NODE_NET=${GDD_NODE_NET:-10.250.0}
+GDD_HOST_IP=$GDD_NODE_NET.1
+GDD_POD_NET=${GDD_POD_NET:-10.244}
+GDD_MAX_NODES=16
+gdd_node_name() { echo "$GDD_NODE_PREFIX$1"; }
+gdd_node_ip() { echo "$GDD_NODE_NET.$((10 + $1))"; }
+gdd_pod_cidr() { echo "$GDD_POD_NET.$1.0/24"; }
+# gdd_node_names prints every node's name, one per line.
+gdd_node_names() {
+	local i
+	for ((i = 0; i < GDD_NODES; i++)); do gdd_node_name "$i"; done
+}
 GDD_APISERVER_PORT=${GDD_APISERVER_PORT:-6443}
 GDD_SERVICE_CIDR=${GDD_SERVICE_CIDR:-10.96.0.0/16}
 # gdd_first_ip CIDR prints the first host address of an IPv4 CIDR: the ClusterIP of
@@ -47,7 +76,6 @@ gdd_first_ip() {
 	echo "$((n >> 24 & 255)).$((n >> 16 & 255)).$((n >> 8 & 255)).$((n & 255))"
 }
 GDD_SERVICE_IP=$(gdd_first_ip "$GDD_SERVICE_CIDR")
-GDD_POD_CIDR=${GDD_POD_CIDR:-10.244.0.0/24}
 GDD_CNI_BRIDGE=${GDD_CNI_BRIDGE:-gddbr0}
 GDD_SNAPSHOTTER=${GDD_SNAPSHOTTER:-auto}
 GDD_CDI_PREFIX=${GDD_CDI_PREFIX:-k8s.gpu.dra.dev}
@@ -67,25 +95,27 @@ fi
 # Beta API versions are off by default: serve the Workload/PodGroup API.
 GDD_RUNTIME_CONFIG=${GDD_RUNTIME_CONFIG:-scheduling.k8s.io/v1beta1=true}
 
-# The Kubernetes components, in start order (containerd and kubelet last).
-GDD_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+# The control plane's components, in start order; each node adds its containerd
+# and kubelet.
+GDD_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 
-# gdd_pid NAME prints the PID of a component of this state dir if it still runs
-# the expected binary (guards against PID reuse), and fails otherwise.
+# gdd_pid NAME [PIDS-DIR] prints the PID of a component of this state dir if it
+# still runs the expected binary (guards against PID reuse), and fails otherwise.
 gdd_pid() {
 	local name=$1 pid exe
-	pid=$(cat "$GDD_PIDS/$name.pid" 2>/dev/null) || return 1
+	pid=$(cat "${2:-$GDD_PIDS}/$name.pid" 2>/dev/null) || return 1
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
 	[[ $(basename "${exe% (deleted)}") == "$name" ]]
 	echo "$pid"
 }
 
-# gdd_apiserver_dnat_rules prints the iptables nat rules (without -A/-D) that
-# up.sh adds and down.sh removes, one per line.
+# gdd_apiserver_dnat_rules prints the host's iptables nat rules (without -A/-D)
+# that up.sh adds and down.sh removes, one per line: the "kubernetes" Service for
+# host processes, and the nodes' way to the loopback API server.
 gdd_apiserver_dnat_rules() {
-	local m="-d $GDD_SERVICE_IP/32 -p tcp --dport 443 -m comment --comment gdd-apiserver:$GDD_STATE_DIR"
+	local c="-m comment --comment gdd-apiserver:$GDD_STATE_DIR"
 	local to="-j DNAT --to-destination 127.0.0.1:$GDD_APISERVER_PORT"
-	echo "OUTPUT $m $to"
-	echo "PREROUTING -i $GDD_CNI_BRIDGE $m $to"
+	echo "OUTPUT -d $GDD_SERVICE_IP/32 -p tcp --dport 443 $c $to"
+	echo "PREROUTING -i $GDD_HOST_BRIDGE -d $GDD_HOST_IP/32 -p tcp --dport $GDD_APISERVER_PORT $c $to"
 }

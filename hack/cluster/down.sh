@@ -7,10 +7,13 @@
 #   --purge          also remove the logs (default: keep $GDD_STATE_DIR/logs)
 #   --quiet          only print errors
 #
-# Order: kubelet first (so it restarts nothing), then every k8s.io container and
-# task through ctr, containerd, any runc container or shim still left, the control
-# plane, then every mount below the state dir, the CNI bridge, CDI specs named
-# /var/run/cdi/${GDD_CDI_PREFIX:-k8s.gpu.dra.dev}*, and the state dir. The binary
+# Order, per node: kubelet first (so it restarts nothing), then every k8s.io
+# container and task through ctr, containerd, then every process left in the
+# node's network namespace or cgroups (shims, containers) and the cgroups; the
+# node's namespaces, mounts and network go with its last process. Then the
+# control plane, every mount below the state dir, the host bridge and iptables
+# rules, CDI specs named /var/run/cdi/${GDD_CDI_PREFIX:-k8s.gpu.dra.dev}* (of
+# clusters from before the nodes had namespaces), and the state dir. The binary
 # cache is not touched.
 set -euo pipefail
 
@@ -18,6 +21,8 @@ GDD_CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=hack/cluster/config.sh
 source ./config.sh
+# shellcheck source=hack/cluster/node.sh
+source ./node.sh
 
 purge=false
 quiet=false
@@ -43,18 +48,18 @@ done
 
 say() { $quiet || gdd_log "$@"; }
 
-# stop GRACE-SECONDS NAME...: SIGTERM to every named component at once, then
-# SIGKILL to those still running after the grace period.
+# stop GRACE-SECONDS PIDS-DIR NAME...: SIGTERM to every named component at once,
+# then SIGKILL to those still running after the grace period.
 stop() {
-	local grace=$1 name pid i
-	shift
+	local grace=$1 dir=$2 name pid i
+	shift 2
 	local -A pids=()
 	for name in "$@"; do
-		if pid=$(gdd_pid "$name"); then
+		if pid=$(gdd_pid "$name" "$dir"); then
 			kill -TERM "$pid" 2>/dev/null || true
 			pids[$name]=$pid
 		fi
-		rm -f "$GDD_PIDS/$name.pid"
+		rm -f "$dir/$name.pid"
 	done
 	for name in "${!pids[@]}"; do
 		pid=${pids[$name]}
@@ -71,13 +76,12 @@ stop() {
 	done
 }
 
-ctr_() { "$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" --timeout 10s -n k8s.io "$@"; }
-
-# remove_containers deletes every task and container in containerd's k8s.io
-# namespace (pod containers and sandboxes) while containerd still runs.
+# remove_containers SOCKET NODE deletes every task and container in containerd's
+# k8s.io namespace (pod containers and sandboxes) while containerd still runs.
 remove_containers() {
-	gdd_pid containerd >/dev/null && [[ -x $GDD_BIN/ctr ]] || return 0
-	local id n=0
+	local sock=$1 node=$2 id n=0
+	ctr_() { "$GDD_BIN/ctr" --address "$sock" --timeout 10s -n k8s.io "$@"; }
+	[[ -x $GDD_BIN/ctr ]] || return 0
 	for id in $(ctr_ tasks ls -q 2>/dev/null); do
 		ctr_ tasks kill --all --signal SIGKILL "$id" >/dev/null 2>&1 || true
 	done
@@ -88,24 +92,7 @@ remove_containers() {
 		ctr_ containers delete "$id" >/dev/null 2>&1 || true
 		n=$((n + 1))
 	done
-	say "removed $n containers/sandboxes"
-}
-
-# remove_leftovers handles containers whose containerd is gone: runc state lives
-# under our runc root, shims carry our containerd socket on their command line.
-remove_leftovers() {
-	local id pid root=$GDD_RUNC_ROOT/k8s.io
-	if [[ -d $root ]] && command -v runc >/dev/null; then
-		for id in $(runc --root "$root" list -q 2>/dev/null); do
-			runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1 || true
-			runc --root "$root" delete --force "$id" >/dev/null 2>&1 || true
-			say "removed leftover runc container $id"
-		done
-	fi
-	for pid in $(pgrep -f -- "-address $GDD_CTRD_SOCK" || true); do
-		[[ $(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)") == containerd-shim-runc-v2 ]] || continue
-		kill -KILL "$pid" 2>/dev/null && say "killed leftover shim $pid"
-	done
+	say "node $node: removed $n containers/sandboxes"
 }
 
 # mounts_below prints the mount points under the state dir, deepest first.
@@ -131,24 +118,13 @@ unmount_all() {
 	[[ -z $(mounts_below) ]]
 }
 
-# remove_cgroups removes the now empty kubepods cgroup trees the kubelet made
-# (cgroupfs driver, cgroup v1), unless some other kubelet runs on this host.
-remove_cgroups() {
-	pgrep -x kubelet >/dev/null && return 0
-	local d
-	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-		[[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
-	done
-	return 0
-}
-
 main() {
-	stop 15 kubelet
-	remove_containers
-	stop 10 containerd
-	remove_leftovers
-	stop 10 kueue kube-scheduler kube-controller-manager kube-apiserver
-	stop 10 etcd
+	local d
+	for d in "$GDD_NODES_DIR"/*/; do
+		[[ -d $d ]] && node_remove "$(basename "$d")"
+	done
+	stop 10 "$GDD_PIDS" kueue kube-scheduler kube-controller-manager kube-apiserver
+	stop 10 "$GDD_PIDS" etcd
 
 	unmount_all || gdd_die "mounts left under $GDD_STATE_DIR: $(mounts_below | tr '\n' ' '); not removing it"
 	local rule
@@ -156,11 +132,9 @@ main() {
 		# shellcheck disable=SC2086
 		while iptables -t nat -D $rule 2>/dev/null; do say "removed iptables rule nat $rule"; done
 	done < <(gdd_apiserver_dnat_rules)
-	if ip link show "$GDD_CNI_BRIDGE" >/dev/null 2>&1; then
-		ip link delete "$GDD_CNI_BRIDGE" && say "deleted bridge $GDD_CNI_BRIDGE"
+	if ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1; then
+		ip link delete "$GDD_HOST_BRIDGE" && say "deleted bridge $GDD_HOST_BRIDGE"
 	fi
-	remove_cgroups
-	rmdir /run/containerd/s /run/containerd 2>/dev/null || true # only if empty
 	local f
 	for f in /var/run/cdi/"$GDD_CDI_PREFIX"*; do
 		[[ -e $f ]] || continue

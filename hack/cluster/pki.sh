@@ -20,17 +20,17 @@ gdd_cert() {
 	rm -f "$GDD_PKI/$name.csr" "$ext"
 }
 
-# gdd_kubeconfig FILE CERT-NAME: a kubeconfig with embedded credentials, so it can
-# be copied elsewhere.
+# gdd_kubeconfig FILE CERT-NAME [SERVER]: a kubeconfig with embedded credentials,
+# so it can be copied elsewhere. SERVER defaults to the loopback API server.
 gdd_kubeconfig() {
-	local file=$1 name=$2
+	local file=$1 name=$2 server=${3:-https://127.0.0.1:$GDD_APISERVER_PORT}
 	cat >"$file" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: gdd
   cluster:
-    server: https://127.0.0.1:$GDD_APISERVER_PORT
+    server: $server
     certificate-authority-data: $(base64 -w0 <"$GDD_PKI/ca.crt")
 users:
 - name: $name
@@ -56,16 +56,19 @@ gdd_make_pki() {
 		-out "$GDD_PKI/ca.crt" 2>/dev/null
 
 	local host_ips san
-	host_ips=$(ip -4 -o addr show scope global | awk '{split($4, a, "/"); printf ",IP:%s", a[1]}')
+	host_ips=$(ip -4 -o addr show scope global | awk -v skip="$GDD_HOST_IP" '{split($4, a, "/"); if (a[1] != skip) printf ",IP:%s", a[1]}')
 	san="DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
-	san+=",DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$GDD_SERVICE_IP$host_ips"
+	san+=",DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$GDD_SERVICE_IP,IP:$GDD_HOST_IP$host_ips"
 	gdd_cert apiserver "/CN=kube-apiserver" serverAuth "$san"
 	gdd_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
 	gdd_cert front-proxy-client "/CN=front-proxy-client" clientAuth
 	gdd_cert admin "/O=system:masters/CN=kubernetes-admin" clientAuth
 	gdd_cert controller-manager "/CN=system:kube-controller-manager" clientAuth
 	gdd_cert scheduler "/CN=system:kube-scheduler" clientAuth
-	gdd_cert kubelet "/O=system:nodes/CN=system:node:$GDD_NODE_NAME" clientAuth
+	local node
+	for node in $(gdd_node_names); do
+		gdd_cert "kubelet-$node" "/O=system:nodes/CN=system:node:$node" clientAuth
+	done
 
 	# Service-account token signing key pair.
 	openssl genrsa -out "$GDD_PKI/sa.key" 2048 2>/dev/null
@@ -73,7 +76,11 @@ gdd_make_pki() {
 
 	mkdir -p "$GDD_KUBECONFIG"
 	local n
-	for n in admin controller-manager scheduler kubelet; do
+	for n in admin controller-manager scheduler; do
 		gdd_kubeconfig "$GDD_KUBECONFIG/$n.kubeconfig" "$n"
+	done
+	# The nodes reach the API server through the host bridge (config.sh).
+	for node in $(gdd_node_names); do
+		gdd_kubeconfig "$GDD_KUBECONFIG/kubelet-$node.kubeconfig" "kubelet-$node" "https://$GDD_HOST_IP:$GDD_APISERVER_PORT"
 	done
 }

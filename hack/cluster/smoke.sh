@@ -2,7 +2,9 @@
 # Smoke check of the local cluster: up.sh, a busybox pod from the demo image on the
 # bridge CNI network (hostNetwork: false), `kubectl exec ... cat /proc/1/status`,
 # the Workload/PodGroup and DRA APIs being served, the API reachable from a pod
-# through the "kubernetes" Service IP (in-cluster config), then down.sh.
+# through the "kubernetes" Service IP (in-cluster config); with several nodes, a
+# pod on the last node reached from the first one's pod, and the nodes' CDI spec
+# dirs apart; then down.sh and nothing of the cluster left on the host.
 #
 # Usage: hack/cluster/smoke.sh [--keep] [up.sh flags...]
 #   --keep  leave the cluster running afterwards (default: down.sh on exit)
@@ -38,10 +40,31 @@ teardown() {
 		gdd_log "smoke check FAILED (exit $rc); component logs in $GDD_LOGS"
 		kubectl describe pod smoke 2>/dev/null | tail -n 20 >&2 || true
 	fi
-	$keep || ./down.sh --state-dir "$GDD_STATE_DIR"
+	if ! $keep; then
+		./down.sh --state-dir "$GDD_STATE_DIR" || rc=1
+		((rc != 0)) || check_nothing_left || rc=1
+	fi
 	exit "$rc"
 }
 trap teardown EXIT
+
+# check_nothing_left: no process, network device, iptables rule, mount or cgroup
+# of the cluster is left on the host.
+check_nothing_left() {
+	local left=()
+	pgrep -x kubelet >/dev/null && left+=("kubelet processes")
+	pgrep -x containerd >/dev/null && left+=("containerd processes")
+	ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1 && left+=("bridge $GDD_HOST_BRIDGE")
+	[[ -n $(ip -o link show | grep -E ' gddv[0-9]+@' || true) ]] && left+=("veth devices")
+	iptables-save -t nat | grep -q "gdd-apiserver:$GDD_STATE_DIR" && left+=("iptables rules")
+	grep -q " $GDD_STATE_DIR" /proc/self/mountinfo && left+=("mounts below $GDD_STATE_DIR")
+	compgen -G '/sys/fs/cgroup/*/gdd-*' >/dev/null && left+=("cgroups $(echo /sys/fs/cgroup/*/gdd-*)")
+	((${#left[@]} == 0)) || {
+		gdd_log "left behind after down.sh: ${left[*]}"
+		return 1
+	}
+	gdd_log "down.sh left nothing behind"
+}
 
 t0=$(date +%s)
 ./up.sh "${args[@]}" >/dev/null
@@ -78,7 +101,7 @@ kubectl wait --for=condition=Ready pod/smoke --timeout=120s
 t_pod=$(($(date +%s) - t1))
 
 ip=$(kubectl get pod smoke -o jsonpath='{.status.podIP}')
-gdd_log "pod smoke Running with IP $ip (bridge CNI $GDD_CNI_BRIDGE, $GDD_POD_CIDR)"
+gdd_log "pod smoke Running with IP $ip (bridge CNI $GDD_CNI_BRIDGE on $(kubectl get pod smoke -o jsonpath='{.spec.nodeName}'))"
 [[ -n $ip && $ip != "$(kubectl get pod smoke -o jsonpath='{.status.hostIP}')" ]] ||
 	gdd_die "pod has no pod-network IP (got '$ip')"
 
@@ -152,5 +175,34 @@ sleep 3
 gang_pod smoke-gang-2 | kubectl apply -f -
 kubectl wait --for=condition=Ready pod/smoke-gang-1 pod/smoke-gang-2 --timeout=60s
 gdd_log "gang scheduling: PodGroup smoke-gang held its first pod until minCount 2, then bound both"
+
+# Several nodes: pods of two nodes reach each other through the host, and one
+# node's CDI spec dir is not another's.
+read -r -a nodes <<<"$GDD_NODE_NAMES"
+if ((${#nodes[@]} > 1)); then
+	first=${nodes[0]} last=${nodes[-1]}
+	for n in "$first" "$last"; do
+		kubectl apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: smoke-$n, namespace: default}
+spec:
+  nodeName: $n
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: $GDD_DEMO_IMAGE, imagePullPolicy: Never, command: [sh, -c, "mkdir -p /w && hostname > /w/index.html && exec httpd -f -p 8080 -h /w"]}
+EOF
+	done
+	kubectl wait --for=condition=Ready "pod/smoke-$first" "pod/smoke-$last" --timeout=60s
+	ip=$(kubectl get pod "smoke-$last" -o jsonpath='{.status.podIP}')
+	got=$(kubectl exec "smoke-$first" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $ip 8080 | tail -n 1")
+	[[ $got == "smoke-$last" ]] || gdd_die "pod on $first could not reach pod $ip on $last (got '$got')"
+	gdd_log "pod on $first reached pod $ip on $last"
+	./enter.sh "$first" touch /var/run/cdi/smoke-only-on-first.json
+	if ./enter.sh "$last" test -e /var/run/cdi/smoke-only-on-first.json || [[ -e /var/run/cdi/smoke-only-on-first.json ]]; then
+		gdd_die "a CDI spec written on $first is visible on $last or the host"
+	fi
+	gdd_log "CDI spec dirs of $first and $last are apart"
+fi
 
 gdd_log "smoke check passed: up ${t_up}s, pod Ready ${t_pod}s after apply"

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Starts a single-node Kubernetes v1.37.2 cluster on this machine from the binaries
-# that hack/cluster/build.sh caches: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, containerd (+ Debian runc and bridge CNI) and a kubelet. Needs root.
+# Starts a Kubernetes v1.37.2 cluster of one or more nodes on this machine from the
+# binaries that hack/cluster/build.sh caches: etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler on the host, and per node a containerd
+# (+ Debian runc and bridge CNI) and a kubelet in the node's own mount, network,
+# UTS and IPC namespaces (hack/cluster/node.sh). Needs root.
 #
 # Usage: hack/cluster/up.sh [flags]
 #   --state-dir DIR   state directory (env GDD_STATE_DIR, default /tmp/gdd); keep it
 #                     short, unix socket paths below it must stay under 108 bytes
-#   --node-name NAME  node name (env GDD_NODE_NAME, default gpu-node-0)
+#   --nodes N         number of nodes (env GDD_NODES, default 1), named
+#                     gpu-node-0.. (env GDD_NODE_PREFIX); at most 16
 #   --image TAR       also import this image tar (OCI layout or docker save) into
 #                     containerd's k8s.io namespace; repeatable (env GDD_IMAGES_EXTRA,
 #                     space-separated)
@@ -14,14 +17,18 @@
 #                     first (default: refuse)
 #   --no-build        do not run build.sh (env GDD_NO_BUILD=1); use what is cached
 # More settings (env): GDD_APISERVER_PORT (6443), GDD_FEATURE_GATES,
-#   GDD_EXTRA_FEATURE_GATES, GDD_RUNTIME_CONFIG, GDD_POD_CIDR (10.244.0.0/24),
-#   GDD_SERVICE_CIDR (10.96.0.0/16), GDD_CNI_BRIDGE (gddbr0), GDD_SNAPSHOTTER
+#   GDD_EXTRA_FEATURE_GATES, GDD_RUNTIME_CONFIG, GDD_NODE_NET (10.250.0: host .1,
+#   node i .10+i), GDD_POD_NET (10.244: node i's pods in 10.244.i.0/24),
+#   GDD_SERVICE_CIDR (10.96.0.0/16), GDD_HOST_BRIDGE (gddnet0), GDD_CNI_BRIDGE
+#   (gddbr0, inside each node), GDD_SNAPSHOTTER
 #   (auto: overlayfs when it mounts here, else native), GDD_VERBOSITY (2),
 #   GDD_TIMEOUT (seconds per readiness wait, 180), GPU_DRA_CACHE (binary cache).
 #
 # On success it prints the admin kubeconfig path ($GDD_STATE_DIR/kubeconfig/admin.kubeconfig)
 # and writes $GDD_STATE_DIR/env, to be sourced: KUBECONFIG, PATH (kubectl, helm, ctr),
-# CONTAINERD_ADDRESS and CONTAINERD_NAMESPACE. Stop with hack/cluster/down.sh.
+# CONTAINERD_ADDRESS (the first node's) and CONTAINERD_NAMESPACE, GDD_NODE_NAMES and
+# GDD_CONTAINERD_ADDRESSES (every node's, space-separated). hack/cluster/enter.sh
+# runs a command on a node. Stop with hack/cluster/down.sh.
 set -euo pipefail
 
 GDD_CALLER_DIR=$PWD
@@ -30,6 +37,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 source ./config.sh
 # shellcheck source=hack/cluster/pki.sh
 source ./pki.sh
+# shellcheck source=hack/cluster/node.sh
+source ./node.sh
 
 clean=false
 build=true
@@ -44,8 +53,8 @@ while (($#)); do
 		gdd_set_state_dir "$2"
 		shift
 		;;
-	--node-name)
-		GDD_NODE_NAME=$2
+	--nodes)
+		GDD_NODES=$2
 		shift
 		;;
 	--image)
@@ -63,7 +72,10 @@ while (($#)); do
 	esac
 	shift
 done
-export GDD_STATE_DIR GDD_NODE_NAME
+export GDD_STATE_DIR GDD_NODES
+if ! [[ $GDD_NODES =~ ^[0-9]+$ ]] || ((GDD_NODES < 1 || GDD_NODES > GDD_MAX_NODES)); then
+	gdd_die "--nodes/GDD_NODES=$GDD_NODES: want a number from 1 to $GDD_MAX_NODES"
+fi
 
 [[ $(id -u) == 0 ]] || gdd_die "up.sh needs root (kubelet, containerd, mounts, network namespaces)"
 
@@ -119,7 +131,7 @@ pick_snapshotter() {
 		return
 	}
 	local d
-	d=$(mktemp -d "$GDD_CTRD_DIR/ovl-test.XXXXXX")
+	d=$(mktemp -d "$GDD_STATE_DIR/ovl-test.XXXXXX")
 	mkdir -p "$d"/{l,u,w,m}
 	if mount -t overlay overlay -o "lowerdir=$d/l,upperdir=$d/u,workdir=$d/w" "$d/m" 2>/dev/null; then
 		umount "$d/m"
@@ -136,6 +148,11 @@ check_previous() {
 	for c in "${GDD_COMPONENTS[@]}"; do
 		gdd_pid "$c" >/dev/null && running+=("$c")
 	done
+	for c in "$GDD_NODES_DIR"/*/pids/ns.pid; do
+		[[ -e $c ]] || continue
+		c=$(basename "$(dirname "$(dirname "$c")")")
+		gdd_node_ns_pid "$c" >/dev/null && running+=("node $c")
+	done
 	if ((${#running[@]})); then
 		$clean || gdd_die "a cluster is running in $GDD_STATE_DIR (${running[*]}); run hack/cluster/down.sh or pass --clean"
 		gdd_log "tearing down the running cluster in $GDD_STATE_DIR (--clean)"
@@ -146,10 +163,11 @@ check_previous() {
 	fi
 	rm -rf "$GDD_LOGS" # from the previous run
 	local p
-	for p in 2379 2380 "$GDD_APISERVER_PORT" 10250 10257 10259; do
+	for p in 2379 2380 "$GDD_APISERVER_PORT" 10257 10259; do
 		port_free "$p" || gdd_die "port $p is in use by another process ($(ss -Hltnp "sport = :$p" | head -1))"
 	done
 	(("${#GDD_KUBELET_DIR}" + 60 < 108)) || gdd_die "state dir $GDD_STATE_DIR is too long for unix socket paths"
+	! ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1 || gdd_die "bridge $GDD_HOST_BRIDGE exists: another cluster runs (or run hack/cluster/down.sh)"
 }
 
 # --- components ---------------------------------------------------------------------
@@ -211,160 +229,33 @@ EOF
 		--bind-address=127.0.0.1 --feature-gates="$GDD_FEATURE_GATES" --v="$GDD_VERBOSITY"
 }
 
-start_containerd() {
-	mkdir -p "$GDD_CTRD_DIR" "$GDD_CNI_CONF_DIR" "$GDD_CNI_IPAM_DIR" /etc/cdi /var/run/cdi
-	snapshotter=$(pick_snapshotter) # global: also written to the env file
-	gdd_log "containerd snapshotter: $snapshotter"
-	cat >"$GDD_CTRD_DIR/config.toml" <<EOF
-version = 3
-root = "$GDD_CTRD_DIR/root"
-state = "$GDD_CTRD_DIR/state"
-# NRI would listen on the host-global /var/run/nri/nri.sock.
-disabled_plugins = ["io.containerd.nri.v1.nri"]
-
-[grpc]
-  address = "$GDD_CTRD_SOCK"
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "$snapshotter"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "$GDD_PAUSE_IMAGE"
-
-[plugins.'io.containerd.cri.v1.runtime']
-  # No CAP_SYS_RESOURCE here: without this every sandbox fails in runc with
-  # "can't get final child's PID from pipe: EOF".
-  restrict_oom_score_adj = true
-  # Keep network namespace mounts under the state dir instead of /var/run/netns.
-  netns_mounts_under_state_dir = true
-  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      Root = "$GDD_RUNC_ROOT"
-      SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "$GDD_CNI_CONF_DIR"
-
-[plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = "127.0.0.1"
-EOF
-	# ipMasq off: pods reach each other and the host, not the outside, and no
-	# iptables rules are left behind when pods are removed without a CNI DEL.
-	cat >"$GDD_CNI_CONF_DIR/10-gdd-bridge.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "gdd-bridge",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "$GDD_CNI_BRIDGE",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "$GDD_CNI_IPAM_DIR",
-        "ranges": [[{"subnet": "$GDD_POD_CIDR"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    }
-  ]
-}
-EOF
-	# containerd finds containerd-shim-runc-v2 on PATH and runc in /usr/sbin.
-	start containerd env PATH="$GDD_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-		"$GDD_BIN/containerd" --config "$GDD_CTRD_DIR/config.toml"
-	wait_for containerd "containerd serving" "$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" version
-
-	local img
-	for img in "$GDD_IMAGES/pause.tar" "$GDD_IMAGES/demo.tar" "${extra_images[@]}"; do
-		"$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" -n k8s.io images import \
-			--snapshotter "$snapshotter" "$img" >>"$GDD_LOGS/images.log" 2>&1 ||
-			gdd_die "import $img failed; see $GDD_LOGS/images.log"
-	done
-	gdd_log "imported images: $("$GDD_BIN/ctr" --address "$GDD_CTRD_SOCK" -n k8s.io images ls -q 2>/dev/null | grep -v '^sha256:' | tr '\n' ' ')"
-}
-
-# expose_apiserver makes https://$GDD_SERVICE_IP:443 (the "kubernetes" Service,
-# which in-cluster clients use) reach the loopback apiserver, as kube-proxy would:
-# a DNAT for host-network processes (nat OUTPUT) and one for pods on the CNI bridge
-# (nat PREROUTING; needs route_localnet on that bridge only). down.sh removes both.
-expose_apiserver() {
+# host_network makes the host bridge the nodes hang on and lets them (and host
+# processes, through the "kubernetes" Service IP, as kube-proxy would) reach the
+# loopback API server: DNAT rules, route_localnet on that bridge only. down.sh
+# removes both.
+host_network() {
 	local rule
-	if ! ip link show "$GDD_CNI_BRIDGE" >/dev/null 2>&1; then
-		ip link add "$GDD_CNI_BRIDGE" type bridge
-	fi
-	ip link set "$GDD_CNI_BRIDGE" up
-	sysctl -qw "net.ipv4.conf.$GDD_CNI_BRIDGE.route_localnet=1"
+	ip link add "$GDD_HOST_BRIDGE" type bridge
+	ip addr add "$GDD_HOST_IP/24" dev "$GDD_HOST_BRIDGE"
+	ip link set "$GDD_HOST_BRIDGE" up
+	sysctl -qw "net.ipv4.conf.$GDD_HOST_BRIDGE.route_localnet=1"
+	[[ $(sysctl -n net.ipv4.ip_forward) == 1 ]] || gdd_die "net.ipv4.ip_forward is 0: pods on different nodes need the host to route (sysctl -w net.ipv4.ip_forward=1)"
 	while IFS= read -r rule; do
 		# shellcheck disable=SC2086
 		iptables -t nat -C $rule 2>/dev/null || iptables -t nat -A $rule
 	done < <(gdd_apiserver_dnat_rules)
-	gdd_log "in-cluster API: https://$GDD_SERVICE_IP:443 -> 127.0.0.1:$GDD_APISERVER_PORT"
+	gdd_log "nodes' network: bridge $GDD_HOST_BRIDGE $GDD_HOST_IP/24; API https://$GDD_HOST_IP:$GDD_APISERVER_PORT and https://$GDD_SERVICE_IP:443"
 }
 
-start_kubelet() {
-	mkdir -p "$GDD_KUBELET_DIR" "$S/pod-logs"
-	cat >"$S/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$GDD_CTRD_SOCK
-# The host is cgroup v1 (hybrid); no systemd.
-failCgroupV1: false
-cgroupDriver: cgroupfs
-failSwapOn: false
-# Images are imported by hand and cannot be pulled again: never collect them.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: $GDD_PKI/ca.crt
-authorization:
-  mode: Webhook
-clusterDomain: cluster.local
-healthzBindAddress: 127.0.0.1
-podLogsDir: $S/pod-logs
-volumePluginDir: $GDD_KUBELET_DIR/volume-plugins
-serializeImagePulls: false
-kubeAPIQPS: 100
-kubeAPIBurst: 200
-featureGates:
-$(feature_gates_yaml)
-EOF
-	start kubelet "$GDD_BIN/kubelet" --config="$S/kubelet.yaml" \
-		--kubeconfig="$GDD_KUBECONFIG/kubelet.kubeconfig" \
-		--root-dir="$GDD_KUBELET_DIR" --cert-dir="$GDD_KUBELET_DIR/pki" \
-		--hostname-override="$GDD_NODE_NAME" --v="$GDD_VERBOSITY"
-}
-
-node_ready() {
-	[[ $(kubectl get node "$GDD_NODE_NAME" \
-		-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+nodes_ready() {
+	local n
+	n=$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c '^True$')
+	((n == GDD_NODES))
 }
 
 on_exit() {
 	local rc=$?
 	((rc == 0)) || gdd_log "up.sh failed; processes it started keep running: hack/cluster/down.sh --state-dir $GDD_STATE_DIR cleans up"
-}
-
-# share_state_dir puts the state dir (and so the kubelet dir) on a shared mount, as
-# systemd makes / on real nodes: the kubelet allows Bidirectional and HostToContainer
-# mount propagation only for host paths on shared mounts (the plugin mounts the MPS
-# daemons' tmpfs through its Bidirectional data dir). down.sh unmounts it.
-share_state_dir() {
-	[[ $(findmnt -no PROPAGATION -M "$GDD_STATE_DIR" 2>/dev/null) == shared ]] && return
-	mount --bind "$GDD_STATE_DIR" "$GDD_STATE_DIR"
-	mount --make-rshared "$GDD_STATE_DIR"
 }
 
 main() {
@@ -382,44 +273,55 @@ main() {
 	trap on_exit EXIT
 
 	gdd_start_time=$(date +%s)
-	mkdir -p "$GDD_STATE_DIR" "$GDD_LOGS" "$GDD_PIDS"
-	share_state_dir
-	gdd_log "state dir $GDD_STATE_DIR"
+	mkdir -p "$GDD_STATE_DIR" "$GDD_LOGS" "$GDD_PIDS" "$GDD_NODES_DIR"
+	gdd_log "state dir $GDD_STATE_DIR, $GDD_NODES node(s)"
+	host_network
 	gdd_make_pki
 	export KUBECONFIG=$GDD_KUBECONFIG/admin.kubeconfig
 	export PATH=$GDD_BIN:$PATH
+	snapshotter=$(pick_snapshotter) # global: node.sh and the env file use it
+	gdd_log "containerd snapshotter: $snapshotter"
 
 	start_etcd
 	start_apiserver
 	start_controllers
-	start_containerd
-	expose_apiserver
-	start_kubelet
+	local i names=() socks=()
+	for ((i = 0; i < GDD_NODES; i++)); do
+		names+=("$(gdd_node_name "$i")")
+		socks+=("$(gdd_host_path "${names[i]}" "$GDD_CTRD_SOCK")")
+		node_ns_create "$i"
+		node_containerd "$i"
+		node_kubelet "$i"
+	done
 	wait_for kube-controller-manager "kube-controller-manager healthy" curl -fsSk https://127.0.0.1:10257/healthz
 	wait_for kube-scheduler "kube-scheduler healthy" curl -fsSk https://127.0.0.1:10259/healthz
-	wait_for kubelet "node $GDD_NODE_NAME Ready" node_ready
+	wait_for kube-apiserver "$GDD_NODES node(s) Ready" nodes_ready
 	# Pods are rejected until the service account controller made the default account.
 	wait_for kube-controller-manager "default service account" kubectl get serviceaccount default -n default
 
 	cat >"$S/env" <<EOF
 export KUBECONFIG=$KUBECONFIG
 export PATH=$GDD_BIN:\$PATH
-export CONTAINERD_ADDRESS=$GDD_CTRD_SOCK
+export CONTAINERD_ADDRESS=${socks[0]}
 export CONTAINERD_NAMESPACE=k8s.io
 export CONTAINERD_SNAPSHOTTER=$snapshotter
+export GDD_NODE_NAMES="${names[*]}"
+export GDD_CONTAINERD_ADDRESSES="${socks[*]}"
 EOF
 	gdd_log "cluster up in $(($(date +%s) - gdd_start_time))s (with build check: $(($(date +%s) - t0))s)"
 	cat >&2 <<EOF
 
-  Kubernetes $GDD_K8S_VERSION single-node cluster, node $GDD_NODE_NAME
+  Kubernetes $GDD_K8S_VERSION cluster, nodes ${names[*]}
   admin kubeconfig: $KUBECONFIG
-  kubelet root dir: $GDD_KUBELET_DIR (plugins/, plugins_registry/)
-  CDI spec dirs:    /etc/cdi /var/run/cdi
-  logs:             $GDD_LOGS
+  on each node (own mount namespace; host view $GDD_NODES_DIR/<node>):
+    kubelet root dir: $GDD_KUBELET_DIR (plugins/, plugins_registry/)
+    CDI spec dirs:    /etc/cdi /var/run/cdi
+  logs:             $GDD_LOGS (<node>/kubelet.log, <node>/containerd.log)
   feature gates:    $GDD_FEATURE_GATES
   runtime config:   $GDD_RUNTIME_CONFIG
 
   source $S/env     # KUBECONFIG, PATH with kubectl/helm/ctr, CONTAINERD_ADDRESS
+  hack/cluster/enter.sh ${names[0]} [CMD]   # a shell (or CMD) on a node
   hack/cluster/down.sh${GDD_STATE_DIR:+ --state-dir $GDD_STATE_DIR}
 
 EOF
