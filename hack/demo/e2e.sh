@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make e2e: builds the driver image, brings up the local cluster, installs the chart
-# with simulated DGX H100 GPUs, runs test/e2e against it and tears the cluster down.
+# make e2e: builds the driver image, brings up the local cluster (GDD_NODES=3: two
+# simulated DGX H100 nodes and one L4 node), installs the chart, runs test/e2e
+# against it and tears the cluster down.
 #
 # Usage: hack/demo/e2e.sh [go test flags, e.g. -run TestScenarios]
 # Environment: KEEP=1 keeps the cluster afterwards; E2E_STRICT=1 fails on known
@@ -29,8 +30,10 @@ trap on_exit EXIT
 # shellcheck disable=SC2119 # no extra helm arguments
 demo_up
 gdd_log "running test/e2e"
+# Single-node tests use the first node (the others are cordoned while they run);
+# the fleet tests all of them.
 E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_NAMESPACE \
-	E2E_KUBELET_DIR=$GDD_STATE_DIR/kubelet E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
+	E2E_NODE=${GDD_NODE_NAMES%% *} E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \
 	E2E_KUEUE_DIR=$kueue_dir E2E_STATE_DIR=$GDD_STATE_DIR \
 	./bin/e2e.test -test.v -test.timeout 50m "$@" 2>&1 |

@@ -8,6 +8,13 @@ gdd_go_env
 
 GDD_STATE_DIR=${GDD_STATE_DIR:-/tmp/gdd}
 export GDD_STATE_DIR
+# The demo and e2e run on a fleet of GDD_NODES nodes (hack/cluster/node.sh): by
+# default two simulated DGX H100 and one L4 node (DEMO_NODE_MACHINES, NODE=MACHINE
+# entries for nodes that do not simulate DEMO_SIMULATE; entries for nodes beyond
+# GDD_NODES are ignored).
+GDD_NODES=${GDD_NODES:-3}
+export GDD_NODES
+DEMO_NODE_MACHINES=${DEMO_NODE_MACHINES:-gpu-node-2=l4x4}
 DEMO_RELEASE=${DEMO_RELEASE:-gpu-dra-driver}
 DEMO_NAMESPACE=${DEMO_NAMESPACE:-gpu-dra-driver}
 DEMO_SIMULATE=${DEMO_SIMULATE:-dgxh100}
@@ -60,7 +67,7 @@ demo_up() {
 	demo_wait_no_cluster
 	gdd_log "starting the local cluster (state dir $GDD_STATE_DIR)"
 	log=$(mktemp)
-	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --image "$PWD/$image" 2> >(tee "$log" >&2) >/dev/null; then
+	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --nodes "$GDD_NODES" --image "$PWD/$image" 2> >(tee "$log" >&2) >/dev/null; then
 		sleep 0.2 # let tee finish
 		# up.sh refuses before starting anything when someone else's cluster came up
 		# in the meantime: that one must not be torn down.
@@ -77,25 +84,39 @@ demo_up() {
 	demo_install "$@"
 }
 
+# demo_node_machine_args prints the helm arguments that give nodes of
+# DEMO_NODE_MACHINES their own simulated machine.
+demo_node_machine_args() {
+	local entry node
+	for entry in ${DEMO_NODE_MACHINES//,/ }; do
+		node=${entry%%=*}
+		[[ " ${GDD_NODE_NAMES:-} " == *" $node "* ]] || continue
+		printf '%s\n' --set "simulateNodeMachines.$node=${entry#*=}"
+	done
+}
+
 # demo_install installs (or upgrades) the chart with simulated GPUs and waits for the
-# plugin to publish its slices.
+# plugin on every node to publish its slices.
 demo_install() {
-	gdd_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE, kubeletDir=$GDD_STATE_DIR/kubelet, health recovery window $DEMO_HEALTH_RECOVERY_WINDOW)"
+	local machines
+	mapfile -t machines < <(demo_node_machine_args)
+	gdd_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE ${machines[*]}, kubeletDir=$GDD_STATE_DIR/node/kubelet, health recovery window $DEMO_HEALTH_RECOVERY_WINDOW)"
 	helm upgrade --install "$DEMO_RELEASE" "$DEMO_CHART" -n "$DEMO_NAMESPACE" --create-namespace \
-		--set simulate="$DEMO_SIMULATE" --set kubeletDir="$GDD_STATE_DIR/kubelet" \
+		--set simulate="$DEMO_SIMULATE" "${machines[@]}" --set kubeletDir="$GDD_STATE_DIR/node/kubelet" \
 		--set kubeletPlugin.health.recoveryWindow="$DEMO_HEALTH_RECOVERY_WINDOW" \
 		--set kubeletPlugin.staleClaimGracePeriod="$DEMO_STALE_CLAIM_GRACE_PERIOD" \
 		--wait --timeout 3m "$@" >/dev/null
-	local _
+	local _ want=${GDD_NODES:-1} got
 	for _ in $(seq 1 120); do
-		if [[ -n $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev -o name 2>/dev/null) ]]; then
-			gdd_log "driver running: $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev --no-headers | wc -l) ResourceSlices published"
+		got=$(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' 2>/dev/null | sort -u | grep -c . || true)
+		if ((got >= want)); then
+			gdd_log "driver running on $got node(s): $(kubectl get resourceslices --field-selector spec.driver=gpu.dra.dev --no-headers | wc -l) ResourceSlices published"
 			return 0
 		fi
 		sleep 1
 	done
 	kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=30 >&2 || true
-	gdd_die "the kubelet plugin published no ResourceSlices"
+	gdd_die "the kubelet plugins published ResourceSlices on $got of $want nodes"
 }
 
 # demo_down stops the cluster, but only one that demo_up started: a script that failed

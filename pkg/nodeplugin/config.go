@@ -9,6 +9,8 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -132,6 +134,9 @@ type Config struct {
 
 	// Simulate selects a simulated machine instead of the real NVML.
 	Simulate string
+	// SimulateNodeMachines overrides Simulate per node ("node=machine,..."),
+	// so that one DaemonSet simulates a mixed fleet; Validate resolves it.
+	SimulateNodeMachines string
 	// PrintSlices prints the ResourceSlices and exits without an API server.
 	PrintSlices bool
 	Out         io.Writer
@@ -197,6 +202,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.StaleClaimGracePeriod, "stale-claim-grace-period", 5*time.Minute, "How long a prepared claim whose ResourceClaim is gone, has another UID or is no longer allocated to this node stays prepared before the plugin releases it (the kubelet lost its record of the claim); well above the kubelet's own cleanup after a restart (about 80 s). 0 never releases (docs/operations.md).")
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "The kubelet's PodResources socket: a stale claim a container the kubelet lists still uses is not released, nor is one when the socket cannot be read (docs/operations.md, Stale claims). Empty: the kubelet is not asked.")
 	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks and the engine is not stalled (--engine-stall-bound) (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
+	fs.StringVar(&c.SimulateNodeMachines, "simulate-node-machines", "", "For demos and tests only, with --simulate: NODE=MACHINE,... simulates MACHINE instead of --simulate's on the node named NODE (a mixed fleet from one DaemonSet).")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -299,14 +305,43 @@ func (c *Config) Validate() error {
 	if c.HostDriverRoot != "" && !filepath.IsAbs(c.HostDriverRoot) {
 		return fmt.Errorf("--host-driver-root=%q: must be an absolute path", c.HostDriverRoot)
 	}
-	if c.Simulate != "" {
-		known := false
-		for _, m := range nvmlsim.Machines() {
-			known = known || m == c.Simulate
+	if err := c.resolveSimulatedMachine(); err != nil {
+		return err
+	}
+	if c.Simulate != "" && !slices.Contains(nvmlsim.Machines(), c.Simulate) {
+		return fmt.Errorf("--simulate=%q: unknown machine, valid: %v", c.Simulate, nvmlsim.Machines())
+	}
+	return nil
+}
+
+// resolveSimulatedMachine sets Simulate to this node's entry of
+// SimulateNodeMachines, after checking every entry.
+func (c *Config) resolveSimulatedMachine() error {
+	if c.SimulateNodeMachines == "" {
+		return nil
+	}
+	if c.Simulate == "" {
+		return fmt.Errorf("--simulate-node-machines needs --simulate")
+	}
+	mine := ""
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(c.SimulateNodeMachines, ",") {
+		node, machine, ok := strings.Cut(entry, "=")
+		switch {
+		case !ok || node == "":
+			return fmt.Errorf("--simulate-node-machines: entry %q: want NODE=MACHINE", entry)
+		case seen[node]:
+			return fmt.Errorf("--simulate-node-machines: node %q given twice", node)
+		case !slices.Contains(nvmlsim.Machines(), machine):
+			return fmt.Errorf("--simulate-node-machines: entry %q: unknown machine %q, valid: %v", entry, machine, nvmlsim.Machines())
 		}
-		if !known {
-			return fmt.Errorf("--simulate=%q: unknown machine, valid: %v", c.Simulate, nvmlsim.Machines())
+		seen[node] = true
+		if node == c.NodeName {
+			mine = machine
 		}
+	}
+	if mine != "" {
+		c.Simulate = mine
 	}
 	return nil
 }

@@ -33,6 +33,11 @@ func TestConfigValidate(t *testing.T) {
 		// ParseQuantity takes minutes on such exponents.
 		"shm size with an exponent":      {func(c *Config) { c.MPSDaemonImage, c.MPSShmSize = "img", "1e-999999999" }, "must be a size such as"},
 		"unknown machine":                {func(c *Config) { c.Simulate = "dgx-z" }, `--simulate="dgx-z"`},
+		"node machines":                  {func(c *Config) { c.Simulate, c.SimulateNodeMachines = "dgxh100", "n2=l4x4,n1=dgxa100" }, ""},
+		"node machines without simulate": {func(c *Config) { c.SimulateNodeMachines = "n1=l4x4" }, "--simulate-node-machines needs --simulate"},
+		"node machines unknown machine":  {func(c *Config) { c.Simulate, c.SimulateNodeMachines = "dgxh100", "n2=l5" }, `entry "n2=l5": unknown machine "l5"`},
+		"node machines no node":          {func(c *Config) { c.Simulate, c.SimulateNodeMachines = "dgxh100", "=l4x4" }, `entry "=l4x4": want NODE=MACHINE`},
+		"node machines node twice":       {func(c *Config) { c.Simulate, c.SimulateNodeMachines = "dgxh100", "n2=l4x4,n2=dgxa100" }, `node "n2" given twice`},
 		"metrics auth delegated":         {func(c *Config) { c.MetricsAuth = MetricsAuthDelegated }, ""},
 		"metrics auth unknown":           {func(c *Config) { c.MetricsAuth = "token" }, `--metrics-auth="token": want none or delegated`},
 		"metrics cert without key":       {func(c *Config) { c.MetricsCertFile = "tls.crt" }, "--metrics-tls-key-file"},
@@ -64,5 +69,19 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A node named in --simulate-node-machines simulates its own machine; others
+// keep --simulate's.
+func TestSimulateNodeMachines(t *testing.T) {
+	for node, want := range map[string]string{"n1": "dgxa100", "n2": "l4x4", "n3": "dgxh100"} {
+		c := &Config{NodeName: node, DriverName: vocabulary.DriverName, Simulate: "dgxh100", SimulateNodeMachines: "n2=l4x4,n1=dgxa100"}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%s: %v", node, err)
+		}
+		if c.Simulate != want {
+			t.Errorf("node %s simulates %q, want %q", node, c.Simulate, want)
+		}
 	}
 }

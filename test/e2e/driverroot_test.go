@@ -16,12 +16,19 @@ import (
 // view, and the container must really get the driver's files and devices.
 func TestHostDriverRoot(t *testing.T) {
 	ctx := testContext(t)
-	hostRoot := filepath.Join(filepath.Dir(env.kubeletDir), "e2e-driver-root")
+	// The node's path (each node of the local cluster has its own), and
+	// where this process sees it.
+	nodeRoot := filepath.Join(filepath.Dir(env.kubeletDir), "e2e-driver-root")
+	hostRoot := nodeRoot
+	if env.nodeLocal != "" {
+		nodeRoot = filepath.Join(env.nodeLocal, "e2e-driver-root")
+		hostRoot = filepath.Join(nodeDir(t, env.node), "e2e-driver-root")
+	}
 	t.Cleanup(func() { _ = os.RemoveAll(hostRoot) }) // after the release is restored
 	saveRelease(t, ctx)
 	old := pluginPod(t, ctx)
 	helm(t, ctx, "upgrade", env.release, chartDir(), "-n", env.namespace, "--reuse-values",
-		"--set", "simulateDriverRoot="+hostRoot, "--wait", "--timeout", "3m")
+		"--set", "simulateDriverRoot="+nodeRoot, "--wait", "--timeout", "3m")
 	waitNewPluginPod(t, ctx, old.UID)
 
 	ns := newNamespace(t, ctx, "e2e-driver-root")
@@ -35,11 +42,11 @@ func TestHostDriverRoot(t *testing.T) {
 	if strings.Contains(string(spec), "/driver-root") {
 		t.Errorf("the CDI spec names the plugin's view of the driver root:\n%s", spec)
 	}
-	smi := filepath.Join(hostRoot, "usr/bin/nvidia-smi")
+	smi := filepath.Join(nodeRoot, "usr/bin/nvidia-smi")
 	if !strings.Contains(string(spec), `"`+smi+`"`) {
 		t.Errorf("the CDI spec does not mount %s:\n%s", smi, spec)
 	}
-	if !fileExists(smi) {
+	if !fileExists(filepath.Join(hostRoot, "usr/bin/nvidia-smi")) {
 		t.Errorf("the plugin did not write the simulated driver root to the host's %s", hostRoot)
 	}
 	uuid := containerEnv(t, ctx, pod, "NVIDIA_VISIBLE_DEVICES")

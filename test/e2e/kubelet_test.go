@@ -18,10 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// kubelet is the local cluster's kubelet process, as hack/cluster/up.sh
-// started it: its PID file and log live beside the kubelet dir in the
-// cluster's state dir.
+// kubelet is a local cluster's kubelet process, as hack/cluster/up.sh
+// started it: its PID file in the node's directory, its log in the state
+// dir's logs/<node>/, and it runs in the node's namespaces (pids/ns.pid).
 type kubelet struct {
+	node                 string
 	args, environ        []string
 	pidFile, logFile     string
 	stoppedAt, startedAt time.Time
@@ -32,8 +33,14 @@ type kubelet struct {
 // Containers keep running without it, as on a node whose kubelet is stopped.
 func stopKubelet(t *testing.T, ctx context.Context) *kubelet {
 	t.Helper()
-	state := filepath.Dir(env.kubeletDir)
-	k := &kubelet{pidFile: filepath.Join(state, "pids", "kubelet.pid"), logFile: filepath.Join(state, "logs", "kubelet.log")}
+	return stopKubeletOn(t, ctx, env.node)
+}
+
+// stopKubeletOn stops node's kubelet, as stopKubelet does env.node's.
+func stopKubeletOn(t *testing.T, ctx context.Context, node string) *kubelet {
+	t.Helper()
+	dir := nodeDir(t, node)
+	k := &kubelet{node: node, pidFile: filepath.Join(dir, "pids", "kubelet.pid"), logFile: filepath.Join(env.stateDir, "logs", node, "kubelet.log")}
 	data, err := os.ReadFile(k.pidFile)
 	if err != nil {
 		t.Skipf("needs the local cluster's kubelet (hack/cluster/up.sh): %v", err)
@@ -47,6 +54,12 @@ func stopKubelet(t *testing.T, ctx context.Context) *kubelet {
 	if len(k.args) == 0 || filepath.Base(k.args[0]) != "kubelet" {
 		t.Fatalf("PID %d of %s runs %q, not the kubelet", pid, k.pidFile, k.args)
 	}
+	// Started again in the node's namespaces, where its paths resolve.
+	ns, err := os.ReadFile(filepath.Join(dir, "pids", "ns.pid"))
+	if err != nil {
+		t.Fatalf("the namespaces of node %s: %v", node, err)
+	}
+	k.args = append([]string{"nsenter", "-t", strings.TrimSpace(string(ns)), "-m", "-n", "-u", "-i", "--"}, k.args...)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("stop the kubelet (PID %d): %v", pid, err)
 	}
@@ -90,11 +103,11 @@ func (k *kubelet) start(t *testing.T, ctx context.Context) {
 	t.Logf("kubelet started again (PID %d) after %s", cmd.Process.Pid, k.startedAt.Sub(k.stoppedAt).Round(time.Second))
 	// Up: it renewed its node Lease (every 10 s) and the node is Ready.
 	if err := poll(ctx, func(ctx context.Context) (bool, error) {
-		lease, err := env.cluster.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, env.node, metav1.GetOptions{})
+		lease, err := env.cluster.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, k.node, metav1.GetOptions{})
 		if err != nil || lease.Spec.RenewTime == nil || !lease.Spec.RenewTime.After(k.startedAt) {
 			return false, nil
 		}
-		n, err := env.cluster.Client.CoreV1().Nodes().Get(ctx, env.node, metav1.GetOptions{})
+		n, err := env.cluster.Client.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -105,7 +118,7 @@ func (k *kubelet) start(t *testing.T, ctx context.Context) {
 		}
 		return false, nil
 	}); err != nil {
-		t.Fatalf("node %s not Ready after the kubelet's restart: %v", env.node, err)
+		t.Fatalf("node %s not Ready after the kubelet's restart: %v", k.node, err)
 	}
 }
 

@@ -296,10 +296,16 @@ func pluginPod(t *testing.T, ctx context.Context) *corev1.Pod {
 // old one is gone.
 func waitNewPluginPod(t *testing.T, ctx context.Context, old types.UID) {
 	t.Helper()
+	waitNewPluginPodOn(t, ctx, env.node, old)
+}
+
+// waitNewPluginPodOn waits for a new plugin pod on node, as waitNewPluginPod.
+func waitNewPluginPodOn(t *testing.T, ctx context.Context, node string, old types.UID) {
+	t.Helper()
 	err := poll(ctx, func(ctx context.Context) (bool, error) {
 		pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{
 			LabelSelector: "app.kubernetes.io/component=kubelet-plugin",
-			FieldSelector: "spec.nodeName=" + env.node,
+			FieldSelector: "spec.nodeName=" + node,
 		})
 		if err != nil {
 			return false, err
@@ -314,7 +320,7 @@ func waitNewPluginPod(t *testing.T, ctx context.Context, old types.UID) {
 		return ready, nil
 	})
 	if err != nil {
-		t.Fatalf("no new kubelet plugin pod: %v", err)
+		t.Fatalf("no new kubelet plugin pod on %s: %v", node, err)
 	}
 }
 

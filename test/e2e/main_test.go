@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 
@@ -40,7 +41,10 @@ var env struct {
 	release, namespace       string
 	kubeletDir, simulate     string
 	cdiDir, helm, repoRoot   string
-	node                     string
+	node                     string   // the node single-node tests use (E2E_NODE)
+	nodes                    []string // every node with the driver's slices
+	nodesDir, stateDir       string   // the local cluster's host view of the nodes, its state dir
+	nodeLocal                string   // where each node sees its own directory ("": not the local cluster)
 	pluginSA                 string
 	pluginDataDir, stateFile string
 	recoveryWindow           time.Duration
@@ -55,7 +59,18 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "test/e2e:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	// Single-node tests count on their node's devices alone: the other nodes
+	// are cordoned except while a fleet test runs (useFleet).
+	if err := cordonOthers(true); err != nil {
+		fmt.Fprintln(os.Stderr, "test/e2e:", err)
+		os.Exit(1)
+	}
+	rc := m.Run()
+	if err := cordonOthers(false); err != nil {
+		fmt.Fprintln(os.Stderr, "test/e2e:", err)
+		rc = 1
+	}
+	os.Exit(rc)
 }
 
 func getenv(name, def string) string {
@@ -70,9 +85,19 @@ func setup() error {
 	env.repoRoot = filepath.Join(filepath.Dir(file), "..", "..")
 	env.release = getenv("E2E_RELEASE", "gpu-dra-driver")
 	env.namespace = getenv("E2E_NAMESPACE", "gpu-dra-driver")
-	env.kubeletDir = getenv("E2E_KUBELET_DIR", "/tmp/gdd/kubelet")
+	env.stateDir = getenv("E2E_STATE_DIR", "/tmp/gdd")
+	env.nodesDir = filepath.Join(env.stateDir, "nodes")
+	env.node = os.Getenv("E2E_NODE")
+	if env.node != "" {
+		// The local cluster: the node's files as the host sees them (hack/cluster/node.sh).
+		env.nodeLocal = filepath.Join(env.stateDir, "node")
+		env.kubeletDir = getenv("E2E_KUBELET_DIR", filepath.Join(env.nodesDir, env.node, "kubelet"))
+		env.cdiDir = getenv("E2E_CDI_DIR", filepath.Join(env.nodesDir, env.node, "cdi"))
+	} else {
+		env.kubeletDir = getenv("E2E_KUBELET_DIR", "/tmp/gdd/kubelet")
+		env.cdiDir = getenv("E2E_CDI_DIR", "/var/run/cdi")
+	}
 	env.simulate = getenv("E2E_SIMULATE", "dgxh100")
-	env.cdiDir = getenv("E2E_CDI_DIR", "/var/run/cdi")
 	env.helm = getenv("HELM", "helm")
 	env.pluginDataDir = filepath.Join(env.kubeletDir, "plugins", driverName)
 	env.stateFile = filepath.Join(env.pluginDataDir, "simulated-"+env.simulate, "nvml-state.json")
@@ -95,8 +120,20 @@ func setup() error {
 	for {
 		slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
 		if err == nil && len(slices.Items) > 0 && slices.Items[0].Spec.NodeName != nil {
-			env.node = *slices.Items[0].Spec.NodeName
-			break
+			seen := map[string]bool{}
+			for _, s := range slices.Items {
+				if n := s.Spec.NodeName; n != nil && !seen[*n] {
+					seen[*n] = true
+					env.nodes = append(env.nodes, *n)
+				}
+			}
+			sort.Strings(env.nodes)
+			if env.node == "" {
+				env.node = env.nodes[0]
+			}
+			if seen[env.node] {
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -30,6 +30,14 @@ const outageGrace = 15 * time.Second
 // as a process of this host.
 func pluginProcess(t *testing.T, ctx context.Context) int {
 	t.Helper()
+	return pluginProcessOn(t, ctx, env.node)
+}
+
+// pluginProcessOn is the PID of node's kubelet plugin. On the local cluster
+// every node's plugin is a process of this host: node's is the one in the
+// node's cgroup tree (the kubelet's cgroupRoot /gdd-<node>, hack/cluster/node.sh).
+func pluginProcessOn(t *testing.T, ctx context.Context, node string) int {
+	t.Helper()
 	var pids []int
 	err := poll(ctx, func(context.Context) (bool, error) {
 		pids = nil
@@ -47,16 +55,27 @@ func pluginProcess(t *testing.T, ctx context.Context) int {
 				continue
 			}
 			args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
-			if args[0] == "/usr/bin/dra-kubelet-plugin" && processState(pid) != "Z" {
+			if args[0] == "/usr/bin/dra-kubelet-plugin" && processState(pid) != "Z" && onNode(pid, node) {
 				pids = append(pids, pid)
 			}
 		}
 		return len(pids) == 1, nil // a plugin replaced by an upgrade may still be exiting
 	})
 	if err != nil {
-		t.Fatalf("want one kubelet plugin process on this host, have %v: %v", pids, err)
+		t.Fatalf("want one kubelet plugin process of node %s on this host, have %v: %v", node, pids, err)
 	}
 	return pids[0]
+}
+
+// onNode says whether process pid runs on node of the local cluster: in its
+// cgroup tree. A cluster whose nodes have no cgroup trees of their own (one
+// node on the host) has every process on its node.
+func onNode(pid int, node string) bool {
+	if len(env.nodes) < 2 {
+		return true
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && strings.Contains(string(cg), "/gdd-"+node+"/")
 }
 
 // processState is the state letter of /proc/<pid>/stat (R, S, T, Z, ...).
@@ -205,9 +224,15 @@ func waitRenewed(t *testing.T, ctx context.Context, name string, since time.Time
 // waitRule waits until the node's outage rule exists (or is gone).
 func waitRule(t *testing.T, ctx context.Context, exists bool) *resourceapi.DeviceTaintRule {
 	t.Helper()
+	return waitRuleFor(t, ctx, env.node, exists)
+}
+
+// waitRuleFor waits until node's outage rule exists (or is gone).
+func waitRuleFor(t *testing.T, ctx context.Context, node string, exists bool) *resourceapi.DeviceTaintRule {
+	t.Helper()
 	var rule *resourceapi.DeviceTaintRule
 	err := poll(ctx, func(ctx context.Context) (bool, error) {
-		r, err := env.cluster.Client.ResourceV1().DeviceTaintRules().Get(ctx, vocabulary.OutageRuleName(env.node), metav1.GetOptions{})
+		r, err := env.cluster.Client.ResourceV1().DeviceTaintRules().Get(ctx, vocabulary.OutageRuleName(node), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return !exists, nil
 		}
@@ -215,7 +240,7 @@ func waitRule(t *testing.T, ctx context.Context, exists bool) *resourceapi.Devic
 		return err == nil && exists, err
 	})
 	if err != nil {
-		t.Fatalf("DeviceTaintRule %s exists=%v: %v", vocabulary.OutageRuleName(env.node), exists, err)
+		t.Fatalf("DeviceTaintRule %s exists=%v: %v", vocabulary.OutageRuleName(node), exists, err)
 	}
 	return rule
 }

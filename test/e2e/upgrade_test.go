@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -28,13 +31,16 @@ const (
 var streamKinds = []string{"gpu", "mig", "ts", "mps"}
 
 // TestRollingUpgradeZeroDowntime: `helm upgrade` to a new image tag and back
-// while GPU pods keep coming (whole GPUs, MIG, time-slicing and MPS shares):
-// the new plugin pod serves beside the old one (maxSurge) and takes the
-// node over from it, so no prepare fails and every pod runs. Prints the pod
-// start times (created → Running) before and during the upgrade.
+// while GPU pods keep coming on every node of the fleet (whole GPUs, MIG
+// where the GPUs have it, time-slicing and MPS shares): the DaemonSet moves
+// node by node (maxSurge 1: one node at a time has two plugin pods), on each
+// node the new plugin pod serves beside the old one and takes the node over
+// from it, so no prepare fails and every pod runs. Prints the pod start times
+// (created → Running) before and during the upgrade.
 func TestRollingUpgradeZeroDowntime(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	nodes := useFleet(t, 1)
 	ns := newNamespace(t, ctx, "e2e-rolling")
 	claimTemplate(t, ctx, ns, "gpu", resourceapi.ExactDeviceRequest{DeviceClassName: driverName})
 	claimTemplate(t, ctx, ns, "mig", resourceapi.ExactDeviceRequest{DeviceClassName: "mig." + driverName,
@@ -54,22 +60,29 @@ func TestRollingUpgradeZeroDowntime(t *testing.T) {
 		ctr(t, ctx, "images", "rm", repo+":"+upgradeTag)
 	})
 
-	s := &stream{ns: ns, start: time.Now()}
-	pluginPods := watchPluginPods(ctx)
+	s := &stream{ns: ns, start: time.Now(), nodes: nodes, mig: map[string]bool{}}
+	for _, n := range nodes {
+		s.mig[n] = len(nodeDevicesOfType(t, ctx, n, "mig")) > 0
+	}
+	pluginPods := watchPluginPods(ctx, nodes)
 	streamDone := make(chan struct{})
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
 	go func() { defer close(streamDone); s.run(streamCtx) }()
 
 	time.Sleep(20 * time.Second) // the "before" sample
-	oldPlugin := pluginPod(t, ctx).UID
-	s.mark() // the upgrade starts
+	s.mark()                     // the upgrade starts
 	for _, to := range []string{upgradeTag, tag} {
+		old := map[string]types.UID{}
+		for _, n := range nodes {
+			old[n] = pluginPodOn(t, ctx, n).UID
+		}
 		t.Logf("helm upgrade to image tag %s", to)
 		helm(t, ctx, "upgrade", env.release, chartDir(), "-n", env.namespace, "--reuse-values",
-			"--set", "image.tag="+to, "--wait", "--timeout", "5m")
-		waitNewPluginPod(t, ctx, oldPlugin)
-		oldPlugin = pluginPod(t, ctx).UID
+			"--set", "image.tag="+to, "--wait", "--timeout", "8m")
+		for _, n := range nodes {
+			waitNewPluginPodOn(t, ctx, n, old[n])
+		}
 	}
 	s.mark() // the upgrade is done
 	if rest := streamMinimum - time.Since(s.start); rest > 0 {
@@ -78,14 +91,19 @@ func TestRollingUpgradeZeroDowntime(t *testing.T) {
 	time.Sleep(5 * time.Second) // a few pods after the upgrade
 	stopStream()
 	<-streamDone
-	maxPlugins, restarts := pluginPods()
+	most, surging, restarts := pluginPods()
 
 	s.report(t)
 	for _, r := range restarts {
 		t.Errorf("plugin pod %s during the upgrade", r)
 	}
-	if maxPlugins < 2 {
-		t.Errorf("at most %d plugin pod(s) on the node at once: the DaemonSet did not surge (maxSurge 1)", maxPlugins)
+	for _, n := range nodes {
+		if most[n] < 2 {
+			t.Errorf("at most %d plugin pod(s) on %s at once: the DaemonSet did not surge there (maxSurge 1)", most[n], n)
+		}
+	}
+	if surging > 1 {
+		t.Errorf("%d nodes had two plugin pods at once: the DaemonSet did not move node by node (maxSurge 1)", surging)
 	}
 	failedPrepares(t, ctx, ns)
 }
@@ -95,6 +113,8 @@ func TestRollingUpgradeZeroDowntime(t *testing.T) {
 type stream struct {
 	ns    string
 	start time.Time
+	nodes []string        // pod i runs on nodes[i%len(nodes)]
+	mig   map[string]bool // the node has MIG devices (else mig pods take whole GPUs)
 
 	mu       sync.Mutex
 	marks    []time.Time // upgrade start, end
@@ -118,8 +138,13 @@ func (s *stream) run(ctx context.Context) {
 	tick := time.NewTicker(streamInterval)
 	defer tick.Stop()
 	for i := 0; ; i++ {
+		node := s.nodes[i%len(s.nodes)]
+		kind := streamKinds[i/len(s.nodes)%len(streamKinds)]
+		if kind == "mig" && !s.mig[node] {
+			kind = "gpu"
+		}
 		s.wg.Add(1)
-		go s.one(ctx, fmt.Sprintf("%s-%03d", streamKinds[i%len(streamKinds)], i), streamKinds[i%len(streamKinds)])
+		go s.one(ctx, fmt.Sprintf("%s-%03d", kind, i), kind, node)
 		select {
 		case <-ctx.Done():
 			s.wg.Wait()
@@ -131,12 +156,12 @@ func (s *stream) run(ctx context.Context) {
 
 // one runs one pod of the stream. Its own deadlines are generous (pods
 // wait for free GPUs, and for the hand-over, on 2 loaded cores).
-func (s *stream) one(streamCtx context.Context, name, template string) {
+func (s *stream) one(streamCtx context.Context, name, template, node string) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(streamCtx), 5*time.Minute)
 	defer cancel()
 	c := env.cluster.Client.CoreV1().Pods(s.ns)
-	pod := newClaimPod(s.ns, name, template)
+	pod := onNodes(newClaimPod(s.ns, name, template), node)
 	created := time.Now()
 	if _, err := c.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		s.fail("create pod %s: %v", name, err)
@@ -260,36 +285,50 @@ func pluginImage(t *testing.T, ctx context.Context) (repo, tag string) {
 	return image[:i], image[i+1:]
 }
 
-// ctr runs containerd's ctr in the kubelet's namespace (CONTAINERD_ADDRESS
-// from the cluster's env, as make e2e sets it).
+// ctr runs containerd's ctr in the kubelet's namespace of every node's
+// containerd (GDD_CONTAINERD_ADDRESSES, else CONTAINERD_ADDRESS, from the
+// cluster's env, as make e2e sets them).
 func ctr(t *testing.T, ctx context.Context, args ...string) {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, getenv("E2E_CTR", "ctr"), append([]string{"-n", "k8s.io"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+	addrs := strings.Fields(os.Getenv("GDD_CONTAINERD_ADDRESSES"))
+	if len(addrs) == 0 {
+		addrs = []string{os.Getenv("CONTAINERD_ADDRESS")}
+	}
+	for _, a := range addrs {
+		cmd := exec.CommandContext(ctx, getenv("E2E_CTR", "ctr"), append([]string{"-n", "k8s.io"}, args...)...)
+		if a != "" {
+			cmd.Env = append(os.Environ(), "CONTAINERD_ADDRESS="+a)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ctr %s (containerd %s): %v\n%s", strings.Join(args, " "), a, err, out)
+		}
 	}
 }
 
-// watchPluginPods watches the node's plugin pods every half second until
-// ctx ends; the returned function gives the most seen at once and the
-// plugin container restarts seen (a crash during the hand-over); those of
+// watchPluginPods watches the nodes' plugin pods every half second until
+// ctx ends; the returned function gives the most seen at once on each node,
+// the most nodes seen with two at once, and the plugin container restarts seen (a crash during the hand-over); those of
 // the pods already there at the first look count from then: an earlier test
 // may have restarted the pod the upgrade starts from
 // (TestLivenessRestartsWedgedPlugin does).
-func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
+func watchPluginPods(ctx context.Context, nodes []string) func() (most map[string]int, surging int, restarts []string) {
 	var mu sync.Mutex
-	most, restarted, first := 0, map[string]int32{}, map[string]int32{}
+	most, surging, restarted, first := map[string]int{}, 0, map[string]int32{}, map[string]int32{}
 	go func() {
 		for looked := false; ctx.Err() == nil; {
 			pods, err := env.cluster.Client.CoreV1().Pods(env.namespace).List(ctx, metav1.ListOptions{
 				LabelSelector: "app.kubernetes.io/component=kubelet-plugin",
-				FieldSelector: "spec.nodeName=" + env.node,
 			})
 			if err == nil {
 				mu.Lock()
-				most = max(most, len(pods.Items))
+				now := map[string]int{}
 				for i := range pods.Items {
-					name, n := pods.Items[i].Name, pluginRestarts(&pods.Items[i])
+					p := &pods.Items[i]
+					if !slices.Contains(nodes, p.Spec.NodeName) {
+						continue
+					}
+					now[p.Spec.NodeName]++
+					name, n := p.Name, pluginRestarts(p)
 					if !looked {
 						first[name] = n // absent later: 0
 					}
@@ -297,19 +336,27 @@ func watchPluginPods(ctx context.Context) func() (most int, restarts []string) {
 						restarted[name] = max(restarted[name], n)
 					}
 				}
+				two := 0
+				for n, k := range now {
+					most[n] = max(most[n], k)
+					if k > 1 {
+						two++
+					}
+				}
+				surging = max(surging, two)
 				looked = true
 				mu.Unlock()
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
 	}()
-	return func() (int, []string) {
+	return func() (map[string]int, int, []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		var out []string
 		for name, n := range restarted {
 			out = append(out, fmt.Sprintf("%s restarted %d times", name, n))
 		}
-		return most, out
+		return maps.Clone(most), surging, out
 	}
 }

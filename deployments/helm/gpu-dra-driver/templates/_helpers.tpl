@@ -82,8 +82,31 @@ MPS daemon pods mount the host one at the plugin's path. Returns a dict with key
 {{- else if .Values.simulateDriverRoot }}
 {{- toJson (dict "path" "/driver-root" "host" .Values.simulateDriverRoot) }}
 {{- else }}
-{{- $root := printf "%s/simulated-%s/driver-root" (include "gpu-dra-driver.pluginDataDir" .) .Values.simulate }}
-{{- toJson (dict "path" $root "host" $root) }}
+{{- $dataDir := include "gpu-dra-driver.pluginDataDir" . }}
+{{- $root := printf "%s/simulated-%s/driver-root" $dataDir .Values.simulate }}
+{{- $nodes := dict }}
+{{- range $node, $machine := .Values.simulateNodeMachines }}
+{{- $_ := set $nodes $node (printf "%s/simulated-%s/driver-root" $dataDir $machine) }}
+{{- end }}
+{{- toJson (dict "path" $root "host" $root "nodes" $nodes) }}
+{{- end }}
+{{- end }}
+
+{{/*
+driverRootExpr is a CEL expression of one of driverRootMount's paths ("path" or
+"host"): a string literal, or with simulateNodeMachines a lookup by the node of
+the request (variables.userNodeName), since each simulated machine has its own root.
+*/}}
+{{- define "gpu-dra-driver.driverRootExpr" -}}
+{{- $m := index . 0 }}{{- $key := index . 1 }}
+{{- if $m.nodes }}
+{{- $entries := list }}
+{{- range $node, $root := $m.nodes }}
+{{- $entries = append $entries (printf "'%s': '%s'" $node $root) }}
+{{- end }}
+{{- printf "{%s}[?variables.userNodeName].orValue('%s')" (join ", " $entries) (index $m $key) }}
+{{- else }}
+{{- printf "'%s'" (index $m $key) }}
 {{- end }}
 {{- end }}
 

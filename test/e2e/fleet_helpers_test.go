@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// cordonOthers marks every node but env.node unschedulable (or
+// schedulable again), so that the single-node tests see one node's devices
+// on a cluster of several. DaemonSet pods tolerate it: the plugins keep
+// running on every node.
+func cordonOthers(cordon bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range env.nodes {
+		if n == env.node {
+			continue
+		}
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, cordon)
+		if _, err := env.cluster.Client.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("node %s unschedulable=%t: %w", n, cordon, err)
+		}
+	}
+	return nil
+}
+
+// useFleet makes every node schedulable for a test of several nodes and
+// cordons the others again when it ends. It skips, saying why, on a cluster
+// of fewer than min nodes with the driver.
+func useFleet(t *testing.T, min int) []string {
+	t.Helper()
+	if len(env.nodes) < min {
+		t.Skipf("needs %d nodes with the driver, the cluster has %d (%v): make e2e starts 3 (GDD_NODES)", min, len(env.nodes), env.nodes)
+	}
+	if err := cordonOthers(false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cordonOthers(true); err != nil {
+			t.Error(err)
+		}
+	})
+	return env.nodes
+}
+
+// nodeDir is node's directory as the host sees it (hack/cluster/node.sh):
+// kubelet/ (its root dir), cdi/ (its /var/run/cdi), pids/.
+func nodeDir(t *testing.T, node string) string {
+	t.Helper()
+	d := filepath.Join(env.nodesDir, node)
+	if _, err := os.Stat(d); err != nil {
+		t.Skipf("needs the local cluster's node directories (hack/cluster/up.sh): %v", err)
+	}
+	return d
+}
