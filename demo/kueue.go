@@ -25,7 +25,7 @@ func kueuePart(ctx context.Context, r *scenarios.Runner, opts options) (res outc
 		return res
 	}
 	out, err := kueue.RunDemo(ctx, r.Cluster, kueue.Demo{
-		Dir: opts.kueueDir, StateDir: opts.stateDir, Driver: r.Driver, Image: "gdd.local/demo:v1",
+		Dir: opts.kueueDir, StateDir: opts.stateDir, BuildLog: opts.kueueBuildLog, Driver: r.Driver, Image: "gdd.local/demo:v1",
 		Timeout: r.Timeout, Logf: r.Logf,
 	})
 	for _, s := range out.Steps {

@@ -45,9 +45,10 @@ func main() {
 	xid := flag.Int("health-xid", 79, "XID the health part injects.")
 	recovery := flag.Duration("health-recovery-timeout", 2*time.Minute, "How long the health part waits for the taint to go (the chart's kubeletPlugin.health.recoveryWindow plus the plugin's 5 s probe).")
 	kueueDir := flag.String("kueue-dir", "", "Kueue build (hack/kueue/build.sh --print-dir); empty skips the kueue part unless -run names it.")
+	kueueBuildLog := flag.String("kueue-build-log", "", "Log of a hack/kueue/build.sh running in the background: the kueue part waits for it.")
 	stateDir := flag.String("state-dir", "/tmp/gdd", "The local cluster's state directory (hack/cluster), where the kueue part keeps Kueue's files.")
 	flag.Parse()
-	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery, kueueDir: *kueueDir, stateDir: *stateDir}
+	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery, kueueDir: *kueueDir, kueueBuildLog: *kueueBuildLog, stateDir: *stateDir}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -58,11 +59,12 @@ func main() {
 }
 
 type options struct {
-	kubectlGPU string
-	xid        int
-	recovery   time.Duration
-	kueueDir   string
-	stateDir   string
+	kubectlGPU    string
+	xid           int
+	recovery      time.Duration
+	kueueDir      string
+	kueueBuildLog string
+	stateDir      string
 }
 
 type outcome struct {
@@ -108,6 +110,20 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 		return err
 	}
 	fmt.Printf("Driver %s publishes devices on node(s) %s\n", driver, strings.Join(nodes, ", "))
+	// The single-node parts run on the first node: the others are cordoned
+	// except while a scenario across nodes runs (demo.gpu.dra.dev/fleet).
+	others := nodes[1:]
+	if len(others) > 0 {
+		fmt.Printf("(single-node parts on %s; %s cordoned until the fleet scenarios)\n", nodes[0], strings.Join(others, ", "))
+	}
+	if err := r.SetUnschedulable(ctx, true, others...); err != nil {
+		return err
+	}
+	defer func() {
+		if err := r.SetUnschedulable(context.WithoutCancel(ctx), false, others...); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+		}
+	}()
 
 	var results []outcome
 	if withController {
@@ -117,6 +133,14 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 		results = append(results, healthPart(ctx, r, nodes[0], opts))
 	}
 	for i, s := range selected {
+		if n := s.FleetNodes(); n > len(nodes) {
+			fmt.Printf("\n=== %s skipped: it runs across %d nodes, the cluster has %d (GDD_NODES)\n", s.Name, n, len(nodes))
+			continue
+		} else if n > 0 {
+			if err := r.SetUnschedulable(ctx, false, others...); err != nil {
+				return err
+			}
+		}
 		res := runScenario(ctx, r, i+1, s)
 		results = append(results, res)
 		last := i == len(selected)-1
@@ -130,6 +154,11 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 		if err := r.Cleanup(ctx, s); err != nil {
 			results[len(results)-1].err = fmt.Errorf("cleanup: %w", err)
 			break
+		}
+		if s.FleetNodes() > 0 {
+			if err := r.SetUnschedulable(ctx, true, others...); err != nil {
+				return err
+			}
 		}
 	}
 

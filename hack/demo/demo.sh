@@ -17,18 +17,19 @@ source hack/demo/lib.sh
 args=("$@")
 if [[ ${KEEP:-} == 1 ]]; then
 	args=(-keep-last "${args[@]}")
+	trap demo_kueue_build_stop EXIT
 else
-	trap demo_down EXIT
+	trap 'demo_kueue_build_stop; demo_down' EXIT
 fi
 # Compile before the cluster starts, so a build error costs no cluster start.
 go build -o bin/demo ./demo
 go build -o bin/ ./cmd/kubectl-gpu
-# Kueue for the kueue part: cached, built once (hack/kueue/build.sh).
-hack/kueue/build.sh
-kueue_dir=$(hack/kueue/build.sh --print-dir)
 demo_up --set logVerbosity=2
+# Kueue for the kueue part, the last one: cached, built once, in the background
+# while the other parts run; the kueue part waits for it.
+demo_kueue_build_start
 rc=0
-./bin/demo -kueue-dir "$kueue_dir" -state-dir "$GDD_STATE_DIR" "${args[@]}" || rc=$?
+./bin/demo -kueue-dir "$DEMO_KUEUE_DIR" -kueue-build-log "$DEMO_KUEUE_LOG" -state-dir "$GDD_STATE_DIR" "${args[@]}" || rc=$?
 if [[ ${KEEP:-} == 1 ]]; then
 	gdd_log "KEEP=1: the cluster keeps running. source $GDD_STATE_DIR/env; kubectl get pods -A; hack/cluster/down.sh"
 fi

@@ -17,16 +17,17 @@ on_exit() {
 		gdd_log "e2e failed; the plugin's last log lines:"
 		kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2 || true
 	fi
+	demo_kueue_build_stop
 	[[ ${KEEP:-} == 1 ]] || demo_down
 	exit "$rc"
 }
 # Compile the tests before the cluster starts, so a build error costs no cluster start.
 go test -c -o bin/e2e.test ./test/e2e
 go build -o bin/ ./cmd/kubectl-gpu
-# Kueue for TestKueueTeamQueue: cached, built once (hack/kueue/build.sh).
-hack/kueue/build.sh
-kueue_dir=$(hack/kueue/build.sh --print-dir)
 trap on_exit EXIT
+# Kueue for TestKueueTeamQueue: cached, built once, in the background while the
+# cluster starts and the other tests run; the test waits for it.
+demo_kueue_build_start
 # shellcheck disable=SC2119 # no extra helm arguments
 demo_up
 gdd_log "running test/e2e"
@@ -35,6 +36,6 @@ gdd_log "running test/e2e"
 E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_NAMESPACE \
 	E2E_NODE=${GDD_NODE_NAMES%% *} E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \
-	E2E_KUEUE_DIR=$kueue_dir E2E_STATE_DIR=$GDD_STATE_DIR \
+	E2E_KUEUE_DIR=$DEMO_KUEUE_DIR E2E_KUEUE_BUILD_LOG=$DEMO_KUEUE_LOG E2E_STATE_DIR=$GDD_STATE_DIR \
 	./bin/e2e.test -test.v -test.timeout 50m "$@" 2>&1 |
 	grep --line-buffered -vE '^=== (RUN|PAUSE|CONT)' || test "${PIPESTATUS[0]}" -eq 0

@@ -129,3 +129,23 @@ demo_down() {
 	gdd_log "stopping the local cluster"
 	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet || gdd_log "down.sh failed; run hack/cluster/down.sh"
 }
+
+# demo_kueue_build_start builds Kueue (hack/kueue/build.sh, cached) in the
+# background, behind the cluster and the parts that need no Kueue; the Kueue parts
+# wait for it (internal/kueue WaitBuilt). Sets DEMO_KUEUE_DIR and DEMO_KUEUE_LOG;
+# demo_kueue_build_stop ends a build still running when the script exits early.
+# shellcheck disable=SC2034 # DEMO_KUEUE_DIR is for the scripts that source this
+demo_kueue_build_start() {
+	DEMO_KUEUE_DIR=$(hack/kueue/build.sh --print-dir)
+	DEMO_KUEUE_LOG=$PWD/bin/kueue-build.log
+	mkdir -p bin
+	setsid hack/kueue/build.sh >"$DEMO_KUEUE_LOG" 2>&1 </dev/null &
+	DEMO_KUEUE_PID=$!
+	gdd_log "building Kueue in the background (log $DEMO_KUEUE_LOG)"
+}
+
+demo_kueue_build_stop() {
+	if [[ -n ${DEMO_KUEUE_PID:-} ]]; then
+		kill -- -"$DEMO_KUEUE_PID" 2>/dev/null || true
+	fi
+}

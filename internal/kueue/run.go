@@ -19,6 +19,9 @@ type Demo struct {
 	// StateDir is the local cluster's state directory (hack/cluster): the run's
 	// files go to <StateDir>/kueue, the manager's PID to <StateDir>/pids/kueue.pid.
 	StateDir string
+	// BuildLog is the log of a hack/kueue/build.sh running in the background:
+	// RunDemo waits for it (WaitBuilt). Empty: Dir must be built.
+	BuildLog string
 	Driver   string
 	Image    string
 	Timeout  time.Duration
@@ -36,6 +39,11 @@ type Result struct {
 // starts Kueue with them, runs a team's queue (Team.Run) and removes it all
 // again, Kueue last.
 func RunDemo(ctx context.Context, c *scenarios.Cluster, d Demo) (res Result, err error) {
+	if d.BuildLog != "" {
+		if err := WaitBuilt(ctx, d.Dir, d.BuildLog, d.Logf); err != nil {
+			return res, err
+		}
+	}
 	list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + d.Driver})
 	if err != nil {
 		return res, fmt.Errorf("list ResourceSlices of %s: %w", d.Driver, err)

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -143,6 +144,45 @@ func (r *Runner) Wait(ctx context.Context, s *Scenario) error {
 		}
 		if err := r.waitPending(ctx, ns); err != nil {
 			return err
+		}
+		if err := r.checkNodeLabels(ctx, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNodeLabels checks that each running pod of ns annotated with
+// AnnotationExpectNodeLabel runs on a node with that label.
+func (r *Runner) checkNodeLabels(ctx context.Context, ns string) error {
+	pods, err := r.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		want := p.Annotations[AnnotationExpectNodeLabel]
+		if want == "" || p.Spec.NodeName == "" {
+			continue
+		}
+		key, value, _ := strings.Cut(want, "=")
+		node, err := r.Cluster.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got, ok := node.Labels[key]; !ok || got != value {
+			return fmt.Errorf("pod %s/%s runs on node %s with %s=%q, want %q", ns, p.Name, node.Name, key, got, value)
+		}
+	}
+	return nil
+}
+
+// SetUnschedulable cordons (or uncordons) nodes, as kubectl cordon does:
+// DaemonSet pods (the plugins) keep running, new pods go elsewhere.
+func (r *Runner) SetUnschedulable(ctx context.Context, unschedulable bool, nodes ...string) error {
+	patch := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable))
+	for _, n := range nodes {
+		if _, err := r.Cluster.Client.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("node %s unschedulable=%t: %w", n, unschedulable, err)
 		}
 	}
 	return nil

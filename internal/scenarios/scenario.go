@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,6 +29,13 @@ const (
 	AnnotationExpect = "demo.gpu.dra.dev/expect"
 	// AnnotationExpectEvent is text that an event of a Pending pod must contain.
 	AnnotationExpectEvent = "demo.gpu.dra.dev/expect-event"
+	// AnnotationExpectNodeLabel is a label (key=value) the node of a running
+	// pod must have, e.g. the GPU product a CEL selector asked for.
+	AnnotationExpectNodeLabel = "demo.gpu.dra.dev/expect-node-label"
+	// AnnotationFleet, on a scenario's Namespace, is the number of nodes the
+	// scenario needs. Other scenarios run on one node with the others
+	// cordoned (see Runner.SetUnschedulable).
+	AnnotationFleet = "demo.gpu.dra.dev/fleet"
 )
 
 // Scenario is one file of demo/specs: a YAML stream applied in order.
@@ -50,6 +58,19 @@ func (s *Scenario) Namespaces() []string {
 		}
 	}
 	return out
+}
+
+// FleetNodes is the number of nodes the scenario needs when it runs across
+// nodes (AnnotationFleet), else 0.
+func (s *Scenario) FleetNodes() int {
+	for _, o := range s.Objects {
+		if o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1" {
+			if n, err := strconv.Atoi(o.GetAnnotations()[AnnotationFleet]); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // Load reads every *.yaml file of dir, in name order.

@@ -2,14 +2,10 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // cordonOthers marks every node but env.node unschedulable (or
@@ -19,16 +15,13 @@ import (
 func cordonOthers(cordon bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var others []string
 	for _, n := range env.nodes {
-		if n == env.node {
-			continue
-		}
-		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, cordon)
-		if _, err := env.cluster.Client.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("node %s unschedulable=%t: %w", n, cordon, err)
+		if n != env.node {
+			others = append(others, n)
 		}
 	}
-	return nil
+	return env.runner.SetUnschedulable(ctx, cordon, others...)
 }
 
 // useFleet makes every node schedulable for a test of several nodes and

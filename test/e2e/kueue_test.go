@@ -23,10 +23,12 @@ func TestKueueTeamQueue(t *testing.T) {
 	if dir == "" {
 		t.Skip("E2E_KUEUE_DIR is not set: make e2e sets it to hack/kueue/build.sh --print-dir")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	// make e2e builds Kueue in the background (E2E_KUEUE_BUILD_LOG): a cold
+	// build takes 10-30 minutes on 2 cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	res, err := kueue.RunDemo(ctx, env.cluster, kueue.Demo{
-		Dir: dir, StateDir: getenv("E2E_STATE_DIR", "/tmp/gdd"), Driver: driverName,
+		Dir: dir, StateDir: getenv("E2E_STATE_DIR", "/tmp/gdd"), BuildLog: os.Getenv("E2E_KUEUE_BUILD_LOG"), Driver: driverName,
 		Image: "gdd.local/demo:v1", Timeout: 3 * time.Minute, Logf: t.Logf,
 	})
 	if err != nil {

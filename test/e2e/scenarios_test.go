@@ -27,6 +27,9 @@ func TestScenarios(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) {
 			ctx := testContext(t)
 			r := env.runner
+			if n := s.FleetNodes(); n > 0 {
+				useFleet(t, n)
+			}
 			startScenario(t, ctx, s)
 			reps, err := r.Inspect(ctx, s)
 			if err != nil {
@@ -241,6 +244,33 @@ var scenarioChecks = map[string]func(t *testing.T, p podSet){
 		used := q.Status.Used["gpu.dra.dev.deviceclass.resource.k8s.io/devices"]
 		if used.Value() != 2 {
 			t.Errorf("quota used %s, want 2", used.String())
+		}
+	},
+	"11-fleet-models": func(t *testing.T, p podSet) {
+		// The runner checked each pod's node label against its model.
+		if h, l := p.get(t, "h100"), p.get(t, "l4"); h.Node == l.Node || h.Node == "" {
+			t.Errorf("h100 on %q and l4 on %q: want nodes of their models", h.Node, l.Node)
+		}
+		if r := p.get(t, "l4-x5"); r.Phase != corev1.PodPending || r.Node != "" {
+			t.Errorf("l4-x5 is %s on %q, want Pending", r.Phase, r.Node)
+		}
+	},
+	"12-fleet-gang": func(t *testing.T, p podSet) {
+		nodes := map[string]int{}
+		for i := range 2 {
+			r := p.get(t, "train-"+string(rune('0'+i)))
+			if r.Phase != corev1.PodRunning || len(devices(r)) != 8 {
+				t.Errorf("%s is %s with %d devices, want Running with 8", r.Name, r.Phase, len(devices(r)))
+			}
+			nodes[r.Node]++
+		}
+		if len(nodes) != 2 {
+			t.Errorf("train pods on %v, want one on each of two nodes", nodes)
+		}
+		for i := range 3 {
+			if r := p.get(t, "big-"+string(rune('0'+i))); r.Node != "" || len(devices(r)) != 0 {
+				t.Errorf("%s of the gang that cannot fit is on %q with %d devices", r.Name, r.Node, len(devices(r)))
+			}
 		}
 	},
 	"08-gang": func(t *testing.T, p podSet) {
