@@ -11,6 +11,8 @@
 #   /var/run/cdi, /etc/cdi    binds of <node>/cdi and <node>/etc-cdi (CDI specs)
 #   /run/containerd           bind of <node>/run-containerd (shim sockets)
 #   /var/log/containers       bind of <node>/log-containers (the kubelet's symlinks)
+#   /var/lib/kubelet          bind of <node>/kubelet, the kubelet's --root-dir: what the
+#                             kubelet keeps there whatever its root dir (device-plugins/)
 # Its network namespace has eth0 at $(gdd_node_ip i) on the host bridge, its pods
 # on its own CNI bridge in $(gdd_pod_cidr i), routed through the host, and a DNAT of
 # the "kubernetes" Service IP to the API server. Its pods run in the cgroup
@@ -53,7 +55,7 @@ node_ns_create() {
 	name=$(gdd_node_name "$i")
 	dir=$(gdd_node_dir "$name")
 	mkdir -p "$dir"/{pids,kubelet,containerd,cni/net.d,cni/ipam,cdi,etc-cdi,run-containerd,log-containers,pod-logs} \
-		"$GDD_NODE_LOCAL" /var/run/cdi /etc/cdi /run/containerd /var/log/containers
+		"$GDD_NODE_LOCAL" /var/run/cdi /etc/cdi /run/containerd /var/log/containers /var/lib/kubelet
 	setsid unshare --mount --net --uts --ipc --propagation private sleep infinity </dev/null >/dev/null 2>&1 &
 	pid=$!
 	echo "$pid" >"$dir/pids/ns.pid"
@@ -74,7 +76,8 @@ node_ns_create() {
 		mount --bind '$GDD_NODE_LOCAL/cdi' '$cdi'
 		mount --bind '$GDD_NODE_LOCAL/etc-cdi' /etc/cdi
 		mount --bind '$GDD_NODE_LOCAL/run-containerd' /run/containerd
-		mount --bind '$GDD_NODE_LOCAL/log-containers' /var/log/containers"
+		mount --bind '$GDD_NODE_LOCAL/log-containers' /var/log/containers
+		mount --bind '$GDD_NODE_LOCAL/kubelet' /var/lib/kubelet"
 
 	hv=gddv$i
 	ip link add "$hv" type veth peer name eth0 netns "$pid"

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,4 +54,18 @@ func nodeDir(t *testing.T, node string) string {
 		t.Skipf("needs the local cluster's node directories (hack/cluster/up.sh): %v", err)
 	}
 	return d
+}
+
+// nodeExec runs a command in node's mount and network namespaces, where
+// the node's own mounts (the kubelet's tmpfs, the plugin's MPS shm) are, as
+// hack/cluster/enter.sh does.
+func nodeExec(t *testing.T, ctx context.Context, node string, args ...string) (string, error) {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(nodeDir(t, node), "pids", "ns.pid"))
+	if err != nil {
+		t.Fatalf("the namespaces of node %s: %v", node, err)
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strings.TrimSpace(string(pid)), "-m", "-n", "--"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -288,7 +289,7 @@ func TestFleetGang(t *testing.T) {
 
 // TestFleetIsolation: claims prepared on each node are in that node's
 // checkpoint and CDI dir only, also after the plugins of two nodes restart
-// at random while pods come and go.
+// at random while pods come and go; every pod runs.
 func TestFleetIsolation(t *testing.T) {
 	ctx := testContext(t)
 	nodes := useFleet(t, 2)
@@ -302,12 +303,23 @@ func TestFleetIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		exclusive := map[string]string{} // node/device of a whole GPU -> claim
 		for _, p := range pods.Items {
 			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 				continue
 			}
 			claim := podClaim(t, ctx, &p)
 			uid := string(claim.UID)
+			// A whole GPU is one claim's (a share may have company).
+			for _, r := range allocated(claim) {
+				key := r.Pool + "/" + r.Device
+				if other, ok := exclusive[key]; ok && !strings.HasPrefix(p.Name, "ts-") {
+					t.Errorf("%s: GPU %s given to claims %s and %s", when, key, other, claim.Name)
+				}
+				if !strings.HasPrefix(p.Name, "ts-") {
+					exclusive[key] = claim.Name
+				}
+			}
 			for _, n := range nodes {
 				cp, err := os.ReadFile(filepath.Join(nodeDir(t, n), "kubelet", "plugins", driverName, nodeplugin.CheckpointFile))
 				if err != nil {
@@ -333,21 +345,34 @@ func TestFleetIsolation(t *testing.T) {
 	}
 	check("all running")
 
-	// Two nodes' plugins restart while pods come and go on every node.
-	restarted := nodes[:2]
-	for round := 0; round < 3; round++ {
-		for _, n := range restarted {
-			old := pluginPodOn(t, ctx, n)
-			if err := env.cluster.Client.CoreV1().Pods(env.namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
+	// The plugins of two nodes chosen at random restart, at random moments,
+	// while pods come and go on every node. E2E_SEED replays a run.
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("E2E_SEED"); v != "" {
+		if _, err := fmt.Sscan(v, &seed); err != nil {
+			t.Fatalf("E2E_SEED=%q: %v", v, err)
 		}
+	}
+	t.Logf("seed %d (E2E_SEED=%d replays it)", seed, seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
+	for round := 0; round < 3; round++ {
+		restarted := slices.Clone(nodes)
+		rnd.Shuffle(len(restarted), func(i, j int) { restarted[i], restarted[j] = restarted[j], restarted[i] })
+		restarted = restarted[:2]
 		for _, n := range nodes {
 			name := "churn-" + n
 			if round > 0 {
 				deletePod(t, ctx, ns, name)
 			}
 			createPod(t, ctx, onNodes(newClaimPod(ns, name, "gpu"), n))
+		}
+		for _, n := range restarted {
+			time.Sleep(time.Duration(rnd.IntN(3000)) * time.Millisecond)
+			old := pluginPodOn(t, ctx, n)
+			t.Logf("round %d: restart %s's plugin (pod %s)", round+1, n, old.Name)
+			if err := env.cluster.Client.CoreV1().Pods(env.namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for _, n := range nodes {
 			runningPod(t, ctx, ns, "churn-"+n)
@@ -379,4 +404,12 @@ func pluginPodOn(t *testing.T, ctx context.Context, node string) *corev1.Pod {
 		t.Fatalf("no running kubelet plugin pod on %s: %v", node, err)
 	}
 	return pod
+}
+
+// allocated lists the claim's allocated devices (none if unallocated).
+func allocated(c *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
+	if c.Status.Allocation == nil {
+		return nil
+	}
+	return c.Status.Allocation.Devices.Results
 }

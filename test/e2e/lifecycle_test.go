@@ -63,12 +63,23 @@ func shmMount(t *testing.T, spec []byte) string {
 // host, shared with its daemon pod, and still holds the probe.
 func (w *workload) checkMPSShm(t *testing.T, ctx context.Context, when string) {
 	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs(w.mpsShm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
-		t.Errorf("%s: %s is not a tmpfs on the host (%v)", when, w.mpsShm, err)
-	}
-	if !fileExists(filepath.Join(w.mpsShm, mpsShmProbe)) {
-		t.Errorf("%s: the mps pod's /dev/shm/%s is not in the host's %s", when, mpsShmProbe, w.mpsShm)
+	if env.nodeLocal != "" {
+		// The local cluster: the tmpfs is mounted in the node's namespace.
+		out, err := nodeExec(t, ctx, env.node, "stat", "-f", "-c", "%T", w.mpsShm)
+		if err != nil || strings.TrimSpace(out) != "tmpfs" {
+			t.Errorf("%s: %s is not a tmpfs on node %s (%v: %s)", when, w.mpsShm, env.node, err, out)
+		}
+		if out, err := nodeExec(t, ctx, env.node, "test", "-e", filepath.Join(w.mpsShm, mpsShmProbe)); err != nil {
+			t.Errorf("%s: the mps pod's /dev/shm/%s is not in node %s's %s (%v %s)", when, mpsShmProbe, env.node, w.mpsShm, err, out)
+		}
+	} else {
+		var st unix.Statfs_t
+		if err := unix.Statfs(w.mpsShm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+			t.Errorf("%s: %s is not a tmpfs on the host (%v)", when, w.mpsShm, err)
+		}
+		if !fileExists(filepath.Join(w.mpsShm, mpsShmProbe)) {
+			t.Errorf("%s: the mps pod's /dev/shm/%s is not in the host's %s", when, mpsShmProbe, w.mpsShm)
+		}
 	}
 	found := false
 	for _, v := range w.mpsDaemon.Spec.Volumes {

@@ -182,6 +182,10 @@ func TestMigrationDevicePluginNames(t *testing.T) {
 func TestMigrationCoexistence(t *testing.T) {
 	ctx := testContext(t)
 	kubeletSock := pluginapi.KubeletSocket
+	if env.nodeLocal != "" {
+		// The local cluster: the node's /var/lib/kubelet is its kubelet dir.
+		kubeletSock = filepath.Join(env.kubeletDir, "device-plugins", filepath.Base(pluginapi.KubeletSocket))
+	}
 	if _, err := os.Stat(kubeletSock); err != nil {
 		t.Skipf("the kubelet's device-plugin socket %s is not on this machine (the test runs on the node): %v", kubeletSock, err)
 	}
