@@ -2,10 +2,12 @@
 # Stops the local cluster that hack/cluster/up.sh started and removes what it left
 # on the host. Idempotent: safe to run when nothing runs or after a crash.
 #
-# Usage: hack/cluster/down.sh [--state-dir DIR] [--purge] [--quiet]
+# Usage: hack/cluster/down.sh [--state-dir DIR] [--purge] [--quiet] [--check]
 #   --state-dir DIR  state directory (env GDD_STATE_DIR, default /tmp/gdd)
 #   --purge          also remove the logs (default: keep $GDD_STATE_DIR/logs)
 #   --quiet          only print errors
+#   --check          fail if any process, network device, iptables rule, mount,
+#                    cgroup or file of the cluster is left afterwards
 #
 # Order, per node: kubelet first (so it restarts nothing), then every k8s.io
 # container and task through ctr, containerd, then every process left in the
@@ -26,6 +28,7 @@ source ./node.sh
 
 purge=false
 quiet=false
+check=false
 while (($#)); do
 	case $1 in
 	--state-dir)
@@ -34,6 +37,7 @@ while (($#)); do
 		;;
 	--purge) purge=true ;;
 	--quiet) quiet=true ;;
+	--check) check=true ;;
 	-h | --help)
 		gdd_usage
 		exit 0
@@ -152,6 +156,9 @@ main() {
 		say "cluster in $GDD_STATE_DIR is down"
 	else
 		say "cluster in $GDD_STATE_DIR is down; logs kept in $GDD_LOGS"
+	fi
+	if $check; then
+		gdd_check_nothing_left
 	fi
 }
 

@@ -298,3 +298,24 @@ node_remove() {
 	rm -f "$pids/ns.pid"
 	say "node $name: stopped"
 }
+
+# gdd_check_nothing_left fails, naming them, if processes, network devices,
+# iptables rules, mounts or cgroups of a cluster in the state dir are left on
+# the host (after down.sh).
+gdd_check_nothing_left() {
+	local left=() p
+	for p in kubelet containerd etcd kube-apiserver; do
+		pgrep -x "$p" >/dev/null && left+=("$p processes")
+	done
+	ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1 && left+=("bridge $GDD_HOST_BRIDGE")
+	[[ -n $(ip -o link show | grep -E ' gddv[0-9]+@' || true) ]] && left+=("veth devices")
+	iptables-save -t nat | grep -q "gdd-apiserver:$GDD_STATE_DIR" && left+=("iptables rules")
+	grep -q " $GDD_STATE_DIR" /proc/self/mountinfo && left+=("mounts below $GDD_STATE_DIR")
+	compgen -G '/sys/fs/cgroup/*/gdd-*' >/dev/null && left+=("cgroups $(echo /sys/fs/cgroup/*/gdd-*)")
+	[[ -n $(find "$GDD_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name logs 2>/dev/null) ]] && left+=("files in $GDD_STATE_DIR")
+	if ((${#left[@]})); then
+		gdd_log "left behind after down.sh: ${left[*]}"
+		return 1
+	fi
+	gdd_log "down.sh left nothing behind"
+}

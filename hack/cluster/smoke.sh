@@ -41,30 +41,12 @@ teardown() {
 		kubectl describe pod smoke 2>/dev/null | tail -n 20 >&2 || true
 	fi
 	if ! $keep; then
-		./down.sh --state-dir "$GDD_STATE_DIR" || rc=1
-		((rc != 0)) || check_nothing_left || rc=1
+		./down.sh --state-dir "$GDD_STATE_DIR" --check || rc=1
 	fi
 	exit "$rc"
 }
 trap teardown EXIT
 
-# check_nothing_left: no process, network device, iptables rule, mount or cgroup
-# of the cluster is left on the host.
-check_nothing_left() {
-	local left=()
-	pgrep -x kubelet >/dev/null && left+=("kubelet processes")
-	pgrep -x containerd >/dev/null && left+=("containerd processes")
-	ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1 && left+=("bridge $GDD_HOST_BRIDGE")
-	[[ -n $(ip -o link show | grep -E ' gddv[0-9]+@' || true) ]] && left+=("veth devices")
-	iptables-save -t nat | grep -q "gdd-apiserver:$GDD_STATE_DIR" && left+=("iptables rules")
-	grep -q " $GDD_STATE_DIR" /proc/self/mountinfo && left+=("mounts below $GDD_STATE_DIR")
-	compgen -G '/sys/fs/cgroup/*/gdd-*' >/dev/null && left+=("cgroups $(echo /sys/fs/cgroup/*/gdd-*)")
-	((${#left[@]} == 0)) || {
-		gdd_log "left behind after down.sh: ${left[*]}"
-		return 1
-	}
-	gdd_log "down.sh left nothing behind"
-}
 
 t0=$(date +%s)
 ./up.sh "${args[@]}" >/dev/null

@@ -18,7 +18,9 @@ on_exit() {
 		kubectl -n "$DEMO_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2 || true
 	fi
 	demo_kueue_build_stop
-	[[ ${KEEP:-} == 1 ]] || demo_down
+	if [[ ${KEEP:-} != 1 ]]; then
+		demo_down || rc=1 # down.sh --check: the cluster leaves nothing behind
+	fi
 	exit "$rc"
 }
 # Compile the tests before the cluster starts, so a build error costs no cluster start.
@@ -29,7 +31,7 @@ trap on_exit EXIT
 # cluster starts and the other tests run; the test waits for it.
 demo_kueue_build_start
 # shellcheck disable=SC2119 # no extra helm arguments
-demo_up
+DEMO_CRASH_CHECK=1 demo_up
 gdd_log "running test/e2e"
 # Single-node tests use the first node (the others are cordoned while they run);
 # the fleet tests all of them.

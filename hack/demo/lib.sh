@@ -65,6 +65,10 @@ demo_up() {
 	gdd_log "building the driver image"
 	image=$(hack/demo/image.sh)
 	demo_wait_no_cluster
+	if [[ ${DEMO_CRASH_CHECK:-} == 1 ]]; then
+		gdd_log "checking that down.sh cleans up after a crash of up.sh (hack/cluster/crash-check.sh)"
+		hack/cluster/crash-check.sh --state-dir "$GDD_STATE_DIR"
+	fi
 	gdd_log "starting the local cluster (state dir $GDD_STATE_DIR)"
 	log=$(mktemp)
 	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --nodes "$GDD_NODES" --image "$PWD/$image" 2> >(tee "$log" >&2) >/dev/null; then
@@ -127,7 +131,10 @@ demo_down() {
 		return 0
 	fi
 	gdd_log "stopping the local cluster"
-	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet || gdd_log "down.sh failed; run hack/cluster/down.sh"
+	hack/cluster/down.sh --state-dir "$GDD_STATE_DIR" --quiet --check || {
+		gdd_log "down.sh failed or left something behind; run hack/cluster/down.sh"
+		return 1
+	}
 }
 
 # demo_kueue_build_start builds Kueue (hack/kueue/build.sh, cached) in the
