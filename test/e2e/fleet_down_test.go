@@ -97,8 +97,22 @@ func TestFleetNodeDown(t *testing.T) {
 	})
 
 	t.Run("drained", func(t *testing.T) {
-		// Only home schedulable: the clients start there.
-		kubectl(t, ctx, "cordon", other)
+		// Only home schedulable: the clients start there; then only other
+		// besides it, where they must move.
+		var rest []string
+		for _, n := range nodes {
+			if n != home {
+				rest = append(rest, n)
+			}
+		}
+		if err := env.runner.SetUnschedulable(ctx, true, rest...); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := env.runner.SetUnschedulable(context.Background(), false, nodes...); err != nil {
+				t.Error(err)
+			}
+		})
 		clients := map[string]*corev1.Pod{}
 		for _, name := range []string{"mps", "gpu"} {
 			claimDeployment(t, ctx, ns, name, name)
@@ -112,7 +126,6 @@ func TestFleetNodeDown(t *testing.T) {
 			t.Fatalf("MPS control daemon pods: %v, want one", podNames(daemons))
 		}
 		kubectl(t, ctx, "uncordon", other)
-		t.Cleanup(func() { kubectl(t, context.Background(), "uncordon", home) })
 		order := watchDeletions(ctx, ns, clients["mps"], &daemons[0])
 		out, err := kubectlOutput(ctx, "drain", home, "--ignore-daemonsets", "--delete-emptydir-data",
 			"--timeout=4m", "--pod-selector=app.kubernetes.io/component!=controller")
@@ -125,12 +138,11 @@ func TestFleetNodeDown(t *testing.T) {
 		}
 		for name, old := range clients {
 			p := waitDeploymentPod(t, ctx, ns, name, old.UID)
-			if p.Spec.NodeName == home {
-				t.Errorf("deployment %s's new pod on the drained %s", name, home)
+			if p.Spec.NodeName != other {
+				t.Errorf("deployment %s's new pod on %s, want %s", name, p.Spec.NodeName, other)
 			}
 			t.Logf("deployment %s moved %s -> %s", name, home, p.Spec.NodeName)
 		}
-		kubectl(t, ctx, "uncordon", home)
 		for _, name := range []string{"mps", "gpu"} {
 			if err := c.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				t.Error(err)
