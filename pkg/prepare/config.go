@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/opaqueconfig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -26,7 +27,7 @@ func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string)
 			if !vocabulary.AppliesTo(c.Requests, request) {
 				continue
 			}
-			cfg, err := gpuv1beta1.DecodeDefaultValidate(c.Opaque.Parameters.Raw)
+			cfg, err := opaqueconfig.DecodeDefaultValidate(c.Opaque.Parameters.Raw)
 			if err != nil {
 				return nil, fmt.Errorf("config %d (from %s) for request %q: %w", i, strings.ToLower(string(source)), request, err)
 			}

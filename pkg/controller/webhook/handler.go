@@ -1,7 +1,7 @@
 // Package webhook is the validating admission webhook of the gpu.dra.dev
 // driver. It checks the opaque configs addressed to the driver in
 // ResourceClaims, ResourceClaimTemplates and DeviceClasses with the same
-// api/gpu/v1beta1.DecodeDefaultValidate the kubelet plugin runs at prepare,
+// opaqueconfig.DecodeDefaultValidate (this driver's API and NVIDIA's) the kubelet plugin runs at prepare,
 // so a config that is admitted is a config the plugin accepts. Configs of
 // other drivers are not looked at. ResourceQuotas that limit a device
 // plugin resource name without the requests. prefix, which the API server
