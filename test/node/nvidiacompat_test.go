@@ -42,6 +42,12 @@ func TestNVIDIACompatPrepare(t *testing.T) {
 	whole.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{nvidiaConfig(
 		`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}`, "gpu")}
 
+	// NVIDIA's quickstart gpu-test6: time-slicing a whole GPU for the
+	// containers of one claim, which this driver refuses with the reason.
+	sliced := at.Claim("sliced", at.Exactly("gpu", "gpu.nvidia.com", 1))
+	sliced.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{nvidiaConfig(
+		`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`, "gpu")}
+
 	dirs, err := pluginrun.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +56,7 @@ func TestNVIDIACompatPrepare(t *testing.T) {
 	cluster := at.NewCluster(node.Slices(nv), deviceclass.DeviceClasses(nv))
 	claims := map[string]*resourceapi.ResourceClaim{}
 	var all []*resourceapi.ResourceClaim
-	for _, c := range []*resourceapi.ResourceClaim{mig, whole} {
+	for _, c := range []*resourceapi.ResourceClaim{mig, whole, sliced} {
 		allocated := cluster.MustAllocate(t, nodeName, c)[0]
 		claims[c.Name] = allocated
 		all = append(all, allocated)
@@ -90,6 +96,11 @@ func TestNVIDIACompatPrepare(t *testing.T) {
 	}
 	if uuid := env(inject(t, dirs.CDI, ids), "NVIDIA_VISIBLE_DEVICES"); !strings.HasPrefix(uuid, "GPU-") {
 		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want the GPU's UUID", uuid)
+	}
+	_, err = p.Kubelet.PrepareOne(ctx, claims["sliced"])
+	if err == nil || !strings.Contains(err.Error(), `sharing strategy "TimeSlicing" is not supported for it`) ||
+		!strings.Contains(err.Error(), "timeslice.<driver name>") {
+		t.Errorf("time-slicing a whole GPU: err %v, want it refused with what serves instead", err)
 	}
 	for _, name := range []string{"mig-mps", "whole"} {
 		if err := p.Kubelet.UnprepareOne(ctx, claims[name]); err != nil {
