@@ -11,9 +11,7 @@ import (
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
-	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -48,19 +46,7 @@ func TestNVIDIACompatPrepare(t *testing.T) {
 	sliced.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{nvidiaConfig(
 		`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`, "gpu")}
 
-	dirs, err := pluginrun.NewDirs(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := simnode.New(t, machine, nodeName)
-	cluster := at.NewCluster(node.Slices(nv), deviceclass.DeviceClasses(nv))
-	claims := map[string]*resourceapi.ResourceClaim{}
-	var all []*resourceapi.ResourceClaim
-	for _, c := range []*resourceapi.ResourceClaim{mig, whole, sliced} {
-		allocated := cluster.MustAllocate(t, nodeName, c)[0]
-		claims[c.Name] = allocated
-		all = append(all, allocated)
-	}
+	dirs, _, claims, _ := setupClaimsFor(t, nv, mig, whole, sliced)
 	control, err := pluginrun.BuildMPSControl(dirs.Root)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +54,7 @@ func TestNVIDIACompatPrepare(t *testing.T) {
 	cfg := dirs.Config(machine, nodeName)
 	cfg.DriverName = nv
 	cfg.MPSControl = control
-	cfg.KubeClient = apiserver.NodeClient(nodeName, all...)
+	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["mig-mps"], claims["whole"], claims["sliced"])
 	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
