@@ -147,6 +147,9 @@ func (h *Handler) admit(logger klog.Logger, req *admissionv1.AdmissionRequest) (
 	problems := checkConfigs(h.driverName, configs, old)
 	if len(problems) == 0 {
 		logger.V(5).Info("Admitted", "resource", req.Resource.Resource, "object", klog.KRef(req.Namespace, objName(req, obj)), "configs", len(configs))
+		if req.Operation == admissionv1.Create { // not again on every finalizer update
+			allowed.Warnings = wholeGPUSharingWarnings(h.driverName, req.Resource.Resource, req.Object.Raw)
+		}
 		return allowed, ""
 	}
 	msgs := make([]string, 0, len(problems))
