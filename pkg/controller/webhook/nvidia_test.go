@@ -64,13 +64,7 @@ func TestAdmissionNVIDIAConfigs(t *testing.T) {
 					t.Errorf("message %q does not contain %q", resp.Result.Message, part)
 				}
 			}
-			found := false
-			for _, c := range resp.Result.Details.Causes {
-				found = found || c.Field == tc.wantCause
-			}
-			if !found {
-				t.Errorf("causes %+v lack field %q", resp.Result.Details.Causes, tc.wantCause)
-			}
+			checkCause(t, resp, tc.wantCause)
 		})
 	}
 }
