@@ -37,8 +37,9 @@ campaign: ## Long fault campaign against the plugin process: make campaign [SEED
 crash: ## SIGKILL the plugin mid-prepare/unprepare and check recovery; SEED=N replays a run's random kills: make crash [SEED=N]
 	$(GO) test -count=1 -v -run='^TestCrashConvergence$$' ./test/crash -args -seed=$(or $(SEED),0)
 
-fuzz: ## Fuzz the parameter API decoder for $(FUZZTIME) (corpus checked in)
+fuzz: ## Fuzz the parameter API decoder, own and NVIDIA's configs, for $(FUZZTIME) each (corpus checked in)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeDefaultValidate -fuzztime=$(FUZZTIME) ./api/gpu/v1beta1
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeDefaultValidate -fuzztime=$(FUZZTIME) ./pkg/opaqueconfig
 
 gpu-check-sim: ## Build the carried gpu-check bundle (.gpu-check/) and dry-run it on a simulated H200 as the device machine would
 	./hack/gpu-check.sh build

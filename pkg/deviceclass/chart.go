@@ -32,7 +32,8 @@ var extendedValues = map[vocabulary.Kind]string{
 }
 
 // HelmTemplate renders the chart's DeviceClass template from Classes, with
-// the driver name taken from .Values.driverName and spec.extendedResourceName
+// the driver name taken from the chart's "gpu-dra-driver.driverName" helper
+// (driverName, or NVIDIA's under compat.nvidia) and spec.extendedResourceName
 // from extendedValues, plus one ProfileClass per .Values.extendedResources.migProfiles
 // entry serving nvidia.com/mig-<profile>. The API lets several classes name
 // one extended resource and the scheduler then silently picks the newest,
@@ -42,7 +43,7 @@ func HelmTemplate() []byte {
 	var b bytes.Buffer
 	b.WriteString(`{{- /* Generated from pkg/deviceclass (go test ./pkg/deviceclass -update). Do not edit. */ -}}
 {{- if .Values.deviceClasses.create }}
-{{- $driver := required "driverName is required" .Values.driverName }}
+{{- $driver := include "gpu-dra-driver.driverName" . }}
 {{- $ext := default (dict) .Values.extendedResources }}
 {{- $profiles := default (list) $ext.migProfiles }}
 {{- $served := list }}
@@ -55,7 +56,7 @@ func HelmTemplate() []byte {
 {{- end }}
 `, vocabulary.ResourceMIGPrefix)
 	for _, c := range Classes {
-		writeClass(&b, c.Name(helmDriver), c.Description, c.Selector(helmDriver), ".")
+		writeClass(&b, c.helmName(), c.Description, c.Selector(helmDriver), ".")
 		fmt.Fprintf(&b, `  {{- with %s }}
   extendedResourceName: {{ . | quote }}
   {{- end }}
@@ -69,6 +70,15 @@ func HelmTemplate() []byte {
 	writeClass(&b, profileClassName(helmSuffix, helmDriver), profileDescription(helmProfile, helmResource), p.Selector(helmDriver), "$")
 	b.WriteString("  extendedResourceName: {{ $resource | quote }}\n{{- end }}\n{{- end }}\n")
 	return b.Bytes()
+}
+
+// helmName is the template of the class's name: Name with the chart's
+// driver name, which may be NVIDIA's.
+func (c Class) helmName() string {
+	if c.NVIDIAName == "" {
+		return c.Name(helmDriver)
+	}
+	return fmt.Sprintf(`{{ if eq $driver %q }}%s{{ else }}%s{{ end }}`, vocabulary.NVIDIADriverName, c.NVIDIAName, c.Name(helmDriver))
 }
 
 // writeClass writes one DeviceClass up to its selectors; root is the

@@ -35,6 +35,7 @@ func TestChartTemplateRendersClasses(t *testing.T) {
 	}{
 		"default driver with extended resource": {driver: "gpu.dra.dev", extended: "nvidia.com/gpu"},
 		"other driver, no extended resource":    {driver: "gpu.example.com"},
+		"NVIDIA's driver name":                  {driver: "gpu.nvidia.com", extended: "nvidia.com/gpu", profiles: []string{"1g.10gb"}},
 		"device plugin names": {driver: "gpu.dra.dev", extended: "nvidia.com/gpu",
 			ext: map[string]any{"timeslice": "nvidia.com/gpu.shared"}, profiles: []string{"1g.10gb", "1g.10gb+me"}},
 		"nvidia.com/gpu means a time-slicing share": {driver: "gpu.dra.dev",
@@ -115,7 +116,12 @@ func TestChartTemplateRefusesNameServedTwice(t *testing.T) {
 func renderChartTemplate(t *testing.T, values map[string]any) ([]*resourceapi.DeviceClass, error) {
 	t.Helper()
 	funcs := template.FuncMap{
-		"include": func(string, any) string { return "app.kubernetes.io/name: gpu-dra-driver" },
+		"include": func(name string, _ any) string {
+			if name == "gpu-dra-driver.driverName" {
+				return values["driverName"].(string) // the chart's helper; test/chart runs the real one
+			}
+			return "app.kubernetes.io/name: gpu-dra-driver"
+		},
 		"nindent": func(n int, s string) string {
 			pad := strings.Repeat(" ", n)
 			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)

@@ -19,18 +19,28 @@ type Class struct {
 	// DeviceType is the kind of device (its type attribute) it selects.
 	DeviceType  vocabulary.Kind
 	Description string
+	// NVIDIAName is the name of the class under vocabulary.NVIDIADriverName
+	// where NVIDIA's driver names the class otherwise than Prefix would
+	// (mig.nvidia.com, not mig.gpu.nvidia.com), so claims written for it
+	// find the class. Empty: Prefix's name.
+	NVIDIAName string
 }
 
 // Classes lists the driver's DeviceClasses.
 var Classes = []Class{
 	{Prefix: "", DeviceType: vocabulary.KindGPU, Description: "A whole GPU, exclusively."},
-	{Prefix: "mig", DeviceType: vocabulary.KindMIG, Description: "A MIG device: a hardware partition of a GPU with its own memory and compute."},
+	{Prefix: "mig", DeviceType: vocabulary.KindMIG, Description: "A MIG device: a hardware partition of a GPU with its own memory and compute.", NVIDIAName: "mig.nvidia.com"},
 	{Prefix: "timeslice", DeviceType: vocabulary.KindTimeSlice, Description: "A time-sliced share of a GPU; request capacity shares, compute (percent) and memory."},
 	{Prefix: "mps", DeviceType: vocabulary.KindMPS, Description: "An MPS share of a GPU with enforced compute (percent) and memory limits."},
 }
 
-// Name is the class's object name for a driver.
+// Name is the class's object name for a driver: <prefix>.<driver>, the
+// driver name itself for the whole GPU, and NVIDIA's name under NVIDIA's
+// driver name.
 func (c Class) Name(driverName string) string {
+	if driverName == vocabulary.NVIDIADriverName && c.NVIDIAName != "" {
+		return c.NVIDIAName
+	}
 	if c.Prefix == "" {
 		return driverName
 	}

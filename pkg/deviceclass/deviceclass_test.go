@@ -2,6 +2,7 @@ package deviceclass
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -29,5 +30,22 @@ func TestSelectorNamesDriver(t *testing.T) {
 	want := `device.driver == "example.com" && device.attributes["example.com"].type == "gpu"`
 	if got != want {
 		t.Errorf("Selector = %s, want %s", got, want)
+	}
+}
+
+// Under NVIDIA's driver name the classes NVIDIA's driver has keep NVIDIA's
+// names (gpu.nvidia.com, mig.nvidia.com), so its users' claims find them;
+// the share classes NVIDIA's driver lacks keep this driver's naming.
+func TestNVIDIAClassNames(t *testing.T) {
+	var got []string
+	for _, c := range DeviceClasses("gpu.nvidia.com") {
+		got = append(got, c.Name)
+	}
+	want := []string{"gpu.nvidia.com", "mig.nvidia.com", "timeslice.gpu.nvidia.com", "mps.gpu.nvidia.com"}
+	if !slices.Equal(got, want) {
+		t.Errorf("class names = %v, want %v", got, want)
+	}
+	if sel := Classes[1].Selector("gpu.nvidia.com"); sel != `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"` {
+		t.Errorf("MIG selector = %s", sel)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/opaqueconfig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -93,7 +94,7 @@ func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType v
 	if chosen.Source == resourceapi.AllocationConfigSourceClass {
 		out.Source = ConfigFromClass
 	}
-	cfg, err := gpuv1beta1.DecodeDefaultValidate(chosen.Opaque.Parameters.Raw)
+	cfg, err := opaqueconfig.DecodeDefaultValidate(chosen.Opaque.Parameters.Raw)
 	if err != nil {
 		out.Error = err.Error()
 		return out

@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/opaqueconfig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -26,7 +27,7 @@ func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string)
 			if !vocabulary.AppliesTo(c.Requests, request) {
 				continue
 			}
-			cfg, err := gpuv1beta1.DecodeDefaultValidate(c.Opaque.Parameters.Raw)
+			cfg, err := opaqueconfig.DecodeDefaultValidate(c.Opaque.Parameters.Raw)
 			if err != nil {
 				return nil, fmt.Errorf("config %d (from %s) for request %q: %w", i, strings.ToLower(string(source)), request, err)
 			}
@@ -39,14 +40,20 @@ func (d *Engine) requestConfig(claim *resourceapi.ResourceClaim, request string)
 // checkWholeGPUConfig accepts the configs a whole, exclusively used GPU
 // supports. Shared use of a GPU is served by the sharing DeviceClasses, so
 // the scheduler can account for it; a sharing strategy on a whole-GPU
-// device would hide shares from it.
+// device would hide shares from it. NVIDIA's driver applies TimeSlicing
+// and MPS to a whole GPU for the containers of its one claim; this driver
+// refuses that rather than approximate it (docs/migration.md), and says
+// what serves instead.
 func checkWholeGPUConfig(cfg gpuv1beta1.Config, device string) error {
 	switch c := cfg.(type) {
 	case nil:
 		return nil
 	case *gpuv1beta1.GpuConfig:
 		if c.Sharing != nil && c.Sharing.Strategy != gpuv1beta1.ExclusiveStrategy {
-			return fmt.Errorf("device %s is a whole GPU allocated exclusively: sharing strategy %q is not supported for it", device, c.Sharing.Strategy)
+			return fmt.Errorf("device %s is a whole GPU allocated exclusively: sharing strategy %q is not supported for it: "+
+				"the containers of its claim share it as CUDA does by default (time-slicing at the Default interval) without a config; "+
+				"to share a GPU between claims, or under MPS, request a share from the DeviceClass timeslice.<driver name> or mps.<driver name>",
+				device, c.Sharing.Strategy)
 		}
 		return nil
 	default:

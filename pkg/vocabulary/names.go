@@ -7,6 +7,15 @@ import "fmt"
 // and the driver opaque configs are addressed to.
 const DriverName = "gpu.dra.dev"
 
+// NVIDIADriverName is the driver name of NVIDIA's DRA driver
+// (k8s-dra-driver-gpu). Run under it (the chart's compat.nvidia profile),
+// this driver publishes its devices with the attribute names NVIDIA's
+// publishes (the names below are NVIDIA's where NVIDIA has one) in that
+// domain, names its MIG DeviceClass as NVIDIA's (mig.nvidia.com), and
+// accepts NVIDIA's opaque configs (api/nvidia/v1beta1), so claims written
+// for NVIDIA's driver and NVIDIA's tools keyed on the name keep working.
+const NVIDIADriverName = "gpu.nvidia.com"
+
 // AnnotationDescription is the annotation of every DeviceClass the driver
 // ships or generates: one line that says what the class hands out.
 const AnnotationDescription = DriverName + "/description"

@@ -48,12 +48,19 @@ func setup(t *testing.T, requests map[string]int64) (pluginrun.Dirs, *simnode.No
 // setupClaims is setup for claims of any kind, allocated in order.
 func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *inprocess.Plugin) {
 	t.Helper()
+	return setupClaimsFor(t, driverName, unallocated...)
+}
+
+// setupClaimsFor is setupClaims with the node's slices, the DeviceClasses
+// and the plugin under another driver name.
+func setupClaimsFor(t *testing.T, driver string, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *inprocess.Plugin) {
+	t.Helper()
 	dirs, err := pluginrun.NewDirs(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	node := simnode.New(t, machine, nodeName)
-	c := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
+	c := at.NewCluster(node.Slices(driver), deviceclass.DeviceClasses(driver))
 	claims := map[string]*resourceapi.ResourceClaim{}
 	var all []*resourceapi.ResourceClaim
 	for _, u := range unallocated {
@@ -64,6 +71,7 @@ func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (plugi
 	start := func(extra ...*resourceapi.ResourceClaim) *inprocess.Plugin {
 		t.Helper()
 		cfg := dirs.Config(machine, nodeName)
+		cfg.DriverName = driver
 		cfg.KubeClient = apiserver.NodeClient(nodeName, append(slices.Clone(all), extra...)...)
 		p, err := inprocess.Start(context.Background(), cfg)
 		if err != nil {

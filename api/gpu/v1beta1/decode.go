@@ -14,11 +14,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
-	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // MaxConfigBytes is the largest config Decode accepts: the limit the API
@@ -26,21 +22,8 @@ import (
 // it even for configs that did not come through the API server.
 const MaxConfigBytes = resourceapi.OpaqueParametersMaxLength
 
-var (
-	scheme = newScheme()
-	// strictDecoder rejects unknown and duplicate fields (and fields whose
-	// case differs from the API's) as strict decoding errors.
-	strictDecoder = jsonserializer.NewSerializerWithOptions(
-		jsonserializer.DefaultMetaFactory, scheme, scheme,
-		jsonserializer.SerializerOptions{Strict: true},
-	)
-)
-
-func newScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(AddToScheme(s))
-	return s
-}
+// DriverAPI is this package's API for DecodeObject.
+var DriverAPI = NewAPI(GroupVersion, AddToScheme, kinds, nil)
 
 // Decode strictly decodes one GpuConfig or MigDeviceConfig from JSON or
 // YAML. It fails, naming the offending field, on:
@@ -59,60 +42,21 @@ func newScheme() *runtime.Scheme {
 //
 // It neither defaults nor validates; see DecodeDefaultValidate.
 func Decode(data []byte) (Config, error) {
-	if len(data) > MaxConfigBytes {
-		return nil, fmt.Errorf("decode config: %d bytes is more than the %d bytes opaque parameters may have",
-			len(data), MaxConfigBytes)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("decode config: config is empty")
-	}
-	if err := checkUTF8(data); err != nil {
-		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	jsonData := data
-	if !utilyaml.IsJSONBuffer(data) {
-		var err error
-		if jsonData, err = yamlToJSON(data); err != nil {
-			return nil, fmt.Errorf("decode config as YAML: %w", err)
-		}
-	}
-	if err := checkJSON(jsonData); err != nil {
-		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	// The depth first: every step after this one recurses on the structure.
-	tooDeep, badQuantities := scanJSON(jsonData)
-	if tooDeep != nil {
-		return nil, fmt.Errorf("decode config: %w", field.ErrorList{tooDeep}.ToAggregate())
-	}
-	kind, err := checkTypeMeta(jsonData)
+	obj, err := DecodeObject(data, DriverAPI)
 	if err != nil {
-		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	if len(badQuantities) > 0 {
-		return nil, fmt.Errorf("decode %s: %w", kind, badQuantities.ToAggregate())
-	}
-	obj, _, err := strictDecoder.Decode(jsonData, nil, nil)
-	if err != nil {
-		// A strict decoding error comes with a filled-in object; it is
-		// still an error.
-		if !runtime.IsStrictDecodingError(err) {
-			// A malformed quantity fails without naming its field.
-			if errs := quantityErrors(jsonData); len(errs) > 0 {
-				err = errs.ToAggregate()
-			}
-		}
-		return nil, fmt.Errorf("decode %s: %w", kind, err)
+		return nil, err
 	}
 	cfg, ok := obj.(Config)
 	if !ok {
-		return nil, fmt.Errorf("decode %s: decoded a %T, which is not a config of this API", kind, obj)
+		return nil, fmt.Errorf("decode %s: decoded a %T, which is not a config of this API",
+			obj.GetObjectKind().GroupVersionKind().Kind, obj)
 	}
 	return cfg, nil
 }
 
 // DecodeDefaultValidate decodes a config with Decode, defaults it and
-// validates it. It is the one entry point the kubelet plugin and the
-// admission webhook share. On a validation failure the error lists every
+// validates it. The kubelet plugin and the admission webhook call it through
+// pkg/opaqueconfig, which also accepts NVIDIA's API. On a validation failure the error lists every
 // field error (it wraps a k8s.io/apimachinery/pkg/util/errors.Aggregate of
 // *field.Error) and no object is returned.
 func DecodeDefaultValidate(data []byte) (Config, error) {
@@ -127,6 +71,9 @@ func DecodeDefaultValidate(data []byte) (Config, error) {
 	return cfg, nil
 }
 
+// isBlank reports whether data holds nothing but white space.
+func isBlank(data []byte) bool { return len(bytes.TrimSpace(data)) == 0 }
+
 // checkJSON checks that a document is JSON and an object.
 func checkJSON(jsonData []byte) error {
 	if !json.Valid(jsonData) {
@@ -138,47 +85,6 @@ func checkJSON(jsonData []byte) error {
 		return fmt.Errorf("config must be an object, not %s", t)
 	}
 	return nil
-}
-
-// checkTypeMeta checks apiVersion and kind before decoding, so that an
-// unknown kind is reported as such (the scheme also knows meta kinds such as
-// WatchEvent, which are no configs) and the message lists what is supported.
-func checkTypeMeta(jsonData []byte) (string, error) {
-	// The struct keeps only the two fields, and the document nests at most
-	// MaxConfigDepth levels: the cost stays linear in the size.
-	var meta struct {
-		APIVersion any `json:"apiVersion"`
-		Kind       any `json:"kind"`
-	}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(jsonData, &meta); err != nil {
-		return "", fmt.Errorf("config is not valid JSON: %w", err)
-	}
-	obj := map[string]any{"apiVersion": meta.APIVersion, "kind": meta.Kind}
-	// Map keys are case-sensitive, like the strict decoder: "Kind" is not
-	// "kind".
-	apiVersion, apiVersionErr := typeMetaString(obj, "apiVersion")
-	kind, kindErr := typeMetaString(obj, "kind")
-	var errs field.ErrorList
-	switch gv := GroupVersion.String(); {
-	case apiVersionErr != nil:
-		errs = append(errs, apiVersionErr)
-	case apiVersion == "":
-		errs = append(errs, field.Required(field.NewPath("apiVersion"), fmt.Sprintf("must be %q", gv)))
-	case apiVersion != gv:
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), apiVersion, []string{gv}))
-	}
-	switch {
-	case kindErr != nil:
-		errs = append(errs, kindErr)
-	case kind == "":
-		errs = append(errs, field.Required(field.NewPath("kind"), fmt.Sprintf("must be one of %s", quoted(kinds))))
-	case !slices.Contains(kinds, kind):
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), kind, kinds))
-	}
-	if len(errs) > 0 {
-		return "", errs.ToAggregate()
-	}
-	return kind, nil
 }
 
 // typeMetaString returns obj[key] if it is a string or missing (""), and an

@@ -8,9 +8,12 @@
 //   - MigDeviceConfig configures MIG devices.
 //
 // The package holds only the API: types, the scheme, a strict decoder,
-// defaulting and validation. The kubelet plugin and the admission webhook
-// both call DecodeDefaultValidate, so a config the webhook admits is exactly
-// a config the plugin accepts. Which of several configs applies to a device
+// defaulting and validation. The decoder (DecodeObject) also reads other
+// APIs given to it with the same bounds: NVIDIA's (api/nvidia/v1beta1). The
+// kubelet plugin and the admission webhook both call
+// pkg/opaqueconfig.DecodeDefaultValidate, which decodes either API into this
+// one, so a config the webhook admits is exactly a config the plugin
+// accepts. Which of several configs applies to a device
 // is decided by the plugin, not by this package.
 //
 // +k8s:deepcopy-gen=package

@@ -17,7 +17,14 @@ type Config interface {
 	// Validate reports every invalid field, with paths rooted at the object
 	// (for example sharing.mpsConfig.defaultActiveThreadPercentage).
 	Validate() field.ErrorList
+	// driverConfig keeps the interface to this package's kinds: another
+	// API's types with Default and Validate (api/nvidia/v1beta1) are
+	// converted, not taken for configs of this API.
+	driverConfig()
 }
+
+func (*GpuConfig) driverConfig()       {}
+func (*MigDeviceConfig) driverConfig() {}
 
 var (
 	_ Config = &GpuConfig{}

@@ -11,8 +11,8 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/opaqueconfig"
 )
 
 // The webhook reads only the opaque configs of an object, so it decodes into
@@ -109,7 +109,7 @@ type configProblem struct {
 }
 
 // checkConfigs validates every config addressed to driverName with the
-// plugin's own DecodeDefaultValidate. Configs whose parameters also appear,
+// plugin's own opaqueconfig.DecodeDefaultValidate. Configs whose parameters also appear,
 // for our driver, in old (the object before an update) are skipped: an
 // update that does not touch a config must not fail because validation
 // became stricter after the object was created (it could, for example,
@@ -120,7 +120,7 @@ func checkConfigs(driverName string, configs, old []located) []configProblem {
 		if c.opaque.Driver != driverName || unchanged(driverName, c, old) {
 			continue
 		}
-		if _, err := gpuv1beta1.DecodeDefaultValidate(c.opaque.Parameters); err != nil {
+		if _, err := opaqueconfig.DecodeDefaultValidate(c.opaque.Parameters); err != nil {
 			problems = append(problems, describe(c.path, err))
 		}
 	}

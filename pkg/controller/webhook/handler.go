@@ -1,7 +1,7 @@
 // Package webhook is the validating admission webhook of the gpu.dra.dev
 // driver. It checks the opaque configs addressed to the driver in
 // ResourceClaims, ResourceClaimTemplates and DeviceClasses with the same
-// api/gpu/v1beta1.DecodeDefaultValidate the kubelet plugin runs at prepare,
+// opaqueconfig.DecodeDefaultValidate (this driver's API and NVIDIA's) the kubelet plugin runs at prepare,
 // so a config that is admitted is a config the plugin accepts. Configs of
 // other drivers are not looked at. ResourceQuotas that limit a device
 // plugin resource name without the requests. prefix, which the API server
@@ -147,6 +147,9 @@ func (h *Handler) admit(logger klog.Logger, req *admissionv1.AdmissionRequest) (
 	problems := checkConfigs(h.driverName, configs, old)
 	if len(problems) == 0 {
 		logger.V(5).Info("Admitted", "resource", req.Resource.Resource, "object", klog.KRef(req.Namespace, objName(req, obj)), "configs", len(configs))
+		if req.Operation == admissionv1.Create { // not again on every finalizer update
+			allowed.Warnings = wholeGPUSharingWarnings(h.driverName, req.Resource.Resource, req.Object.Raw)
+		}
 		return allowed, ""
 	}
 	msgs := make([]string, 0, len(problems))

@@ -309,16 +309,21 @@ func TestAdmission(t *testing.T) {
 				t.Errorf("status %q reason %q, want Failure %q", resp.Result.Status, resp.Result.Reason, wantReason)
 			}
 			if tc.wantCause != "" {
-				found := false
-				for _, c := range resp.Result.Details.Causes {
-					found = found || c.Field == tc.wantCause
-				}
-				if !found {
-					t.Errorf("causes %+v lack field %q", resp.Result.Details.Causes, tc.wantCause)
-				}
+				checkCause(t, resp, tc.wantCause)
 			}
 		})
 	}
+}
+
+// checkCause checks that a denial lists a cause for the field.
+func checkCause(t *testing.T, resp *admissionv1.AdmissionResponse, field string) {
+	t.Helper()
+	for _, c := range resp.Result.Details.Causes {
+		if c.Field == field {
+			return
+		}
+	}
+	t.Errorf("causes %+v lack field %q", resp.Result.Details.Causes, field)
 }
 
 func TestMalformedReview(t *testing.T) {

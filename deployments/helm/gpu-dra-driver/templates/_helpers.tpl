@@ -41,9 +41,30 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-controller" (include "gpu-dra-driver.fullname" .) }}
 {{- end }}
 
+{{/*
+The DRA driver name: driverName, or NVIDIA's (gpu.nvidia.com) under the compat.nvidia
+profile, which refuses a driverName set to anything else rather than pick one.
+*/}}
+{{- define "gpu-dra-driver.driverName" -}}
+{{- $name := required "driverName is required" .Values.driverName }}
+{{- if (.Values.compat).nvidia }}
+{{- if not (has $name (list "gpu.dra.dev" "gpu.nvidia.com")) }}
+{{- fail (printf "compat.nvidia publishes under NVIDIA's driver name gpu.nvidia.com; driverName %q contradicts it: leave driverName at its default" $name) }}
+{{- end }}
+{{- print "gpu.nvidia.com" }}
+{{- else }}
+{{- print $name }}
+{{- end }}
+{{- end }}
+
+{{/* The MIG DeviceClass's name: mig.<driver name>, NVIDIA's mig.nvidia.com under compat.nvidia. */}}
+{{- define "gpu-dra-driver.migClassName" -}}
+{{- if (.Values.compat).nvidia }}mig.nvidia.com{{ else }}mig.{{ include "gpu-dra-driver.driverName" . }}{{ end }}
+{{- end }}
+
 {{/* The plugin's data directory on the host: socket, checkpoint, MPS pipes, simulation. */}}
 {{- define "gpu-dra-driver.pluginDataDir" -}}
-{{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) .Values.driverName }}
+{{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) (include "gpu-dra-driver.driverName" .) }}
 {{- end }}
 
 {{/*
