@@ -8,6 +8,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
@@ -42,12 +43,11 @@ func wholeGPUOnly() devicemodel.Policy {
 	}}
 }
 
-// costCluster is a dgxh100 node under policy with fill GPUs held whole.
+// costCluster is node n publishing resources with fill GPUs held whole.
 // With withdraw, the node has prepared the held claims and republished
 // without what they make impossible to allocate (devicemodel.Withdraw).
-func costCluster(b *testing.B, n *simnode.Node, policy devicemodel.Policy, fill int, withdraw bool) *at.Cluster {
+func costCluster(b *testing.B, n *simnode.Node, resources resourceslice.DriverResources, fill int, withdraw bool) *at.Cluster {
 	b.Helper()
-	resources := devicemodel.Build(n.GPUs, devicemodel.Options{NodeName: n.Name, Policy: policy})
 	c := at.NewCluster(namedSlices(resources, n.Name), deviceclass.DeviceClasses(driverName))
 	prepared := map[string]bool{}
 	for i := range fill {
@@ -65,13 +65,18 @@ func costCluster(b *testing.B, n *simnode.Node, policy devicemodel.Policy, fill 
 // timeAllocate is one allocator call for a fresh claim of req; whatever it
 // allocates is released again so every call sees the same node.
 func timeAllocate(b *testing.B, c *at.Cluster, node string, req resourceapi.DeviceRequest) time.Duration {
+	return clockAllocate(b, c, node, req, func() time.Duration { return time.Duration(time.Now().UnixNano()) })
+}
+
+// clockAllocate is timeAllocate on the given clock.
+func clockAllocate(b *testing.B, c *at.Cluster, node string, req resourceapi.DeviceRequest, clock func() time.Duration) time.Duration {
 	held := len(c.Allocated)
 	claim := at.Claim("bench", req)
-	start := time.Now()
+	start := clock()
 	if _, err := c.Allocate(b.Context(), node, claim); err != nil {
 		b.Fatalf("allocate: %v", err)
 	}
-	d := time.Since(start)
+	d := clock() - start
 	c.Allocated = c.Allocated[:held]
 	return d
 }
@@ -130,31 +135,19 @@ func BenchmarkAllocatorCost(b *testing.B) {
 // costAtFill times the calls at one fill level and returns full ÷
 // whole-only per kind, then full with withdrawal ÷ whole-only per kind.
 func costAtFill(b *testing.B, n *simnode.Node, fill int) []float64 {
-	base := costCluster(b, n, wholeGPUOnly(), fill, false)
-	models := []*at.Cluster{costCluster(b, n, devicemodel.Policy{}, fill, false), costCluster(b, n, devicemodel.Policy{}, fill, true)}
-	wholeReq := costKinds[0].req
-	// Warm the CEL cache and the allocator's lazily built state.
-	timeAllocate(b, base, n.Name, wholeReq)
+	base := costCluster(b, n, build(n, wholeGPUOnly()), fill, false)
+	full := build(n, devicemodel.Policy{})
+	models := []*at.Cluster{costCluster(b, n, full, fill, false), costCluster(b, n, full, fill, true)}
+	calls := []func() time.Duration{func() time.Duration { return timeAllocate(b, base, n.Name, costKinds[0].req) }}
 	for _, c := range models {
 		for _, kind := range costKinds {
-			timeAllocate(b, c, n.Name, kind.req)
+			calls = append(calls, func() time.Duration { return timeAllocate(b, c, n.Name, kind.req) })
 		}
 	}
-	baseNs := make([]time.Duration, 0, b.N)
-	ns := make([][]time.Duration, len(models)*len(costKinds))
-	b.ResetTimer()
-	for range b.N {
-		baseNs = append(baseNs, timeAllocate(b, base, n.Name, wholeReq))
-		for m, c := range models {
-			for i, kind := range costKinds {
-				j := m*len(costKinds) + i
-				ns[j] = append(ns[j], timeAllocate(b, c, n.Name, kind.req))
-			}
-		}
-	}
-	b.StopTimer()
-	baseMedian := median(baseNs)
+	ns := interleaved(b, calls)
+	baseMedian := median(ns[0])
 	b.ReportMetric(float64(baseMedian.Nanoseconds())/1e3, "whole-only-us")
+	ns = ns[1:]
 	out := make([]float64, len(ns))
 	for j := range ns {
 		out[j] = float64(median(ns[j])) / float64(baseMedian)
@@ -165,6 +158,30 @@ func costAtFill(b *testing.B, n *simnode.Node, fill int) []float64 {
 		b.ReportMetric(out[j], costKinds[j%len(costKinds)].name+suffix)
 	}
 	return out
+}
+
+// build is node n's resources under policy.
+func build(n *simnode.Node, policy devicemodel.Policy) resourceslice.DriverResources {
+	return devicemodel.Build(n.GPUs, devicemodel.Options{NodeName: n.Name, Policy: policy})
+}
+
+// interleaved makes each call once to warm the CEL cache and the
+// allocator's lazily built state, then b.N rounds of every call in turn, so
+// load from other processes falls on all of them alike; it returns each
+// call's durations.
+func interleaved(b *testing.B, calls []func() time.Duration) [][]time.Duration {
+	for _, call := range calls {
+		call()
+	}
+	ns := make([][]time.Duration, len(calls))
+	b.ResetTimer()
+	for range b.N {
+		for i, call := range calls {
+			ns[i] = append(ns[i], call())
+		}
+	}
+	b.StopTimer()
+	return ns
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -52,6 +52,6 @@ func WholeGPU(g *discovery.GPU) resourceapi.Device {
 		Name:             g.CanonicalName(),
 		Attributes:       attrs,
 		Capacity:         capacity,
-		ConsumesCounters: consumeAll(g),
+		ConsumesCounters: consumeWhole(g),
 	}
 }

@@ -13,8 +13,8 @@ import (
 
 // ShareDevice is the shareable device of one strategy on a GPU: many claims
 // can be allocated from it, each consuming shares, compute and memory. It
-// consumes all of the GPU's counters, so while any share exists the GPU
-// cannot be allocated whole, as MIG devices or under the other strategy.
+// consumes the GPU's whole (consumeWhole), so while any share exists the
+// GPU cannot be allocated whole, as MIG devices or under the other strategy.
 // Every share consumes some of each capacity, so each has a request policy:
 // the allocator would give a share that requests nothing the whole of a
 // capacity without one.
@@ -60,7 +60,7 @@ func ShareDevice(g *discovery.GPU, kind vocabulary.Kind, maxShares int) resource
 		Attributes:               attrs,
 		Capacity:                 capacity,
 		AllowMultipleAllocations: ptr.To(true),
-		ConsumesCounters:         consumeAll(g),
+		ConsumesCounters:         consumeWhole(g),
 	}
 }
 

@@ -50,13 +50,41 @@ func TestWithdrawEquivalence(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (rerun: go test ./pkg/devicemodel -run TestWithdrawEquivalence -withdraw.seed=%d)", seed, seed)
+	n := simnode.New(t, "dgxh100", "node-1")
+	w := withdrawWalk(t, n, n.Resources, seed, *withdrawSteps)
+	t.Logf("operations: %v", w.ops)
+	if w.ops["allocate"] == 0 || w.ops["prepare"] == 0 || w.ops["allocate (does not fit)"] == 0 {
+		t.Errorf("the sequence did not exercise allocations, prepares and a full node: %v", w.ops)
+	}
+}
+
+// walk is what a random sequence did: per allocate step, what the full
+// and the withdrawn model allocated, and how often each operation ran.
+type walk struct {
+	trace []allocateStep
+	ops   map[string]int
+}
+
+// allocateStep is one allocate of a walk; full and withdrawn are nil when
+// the claim did not fit.
+type allocateStep struct {
+	step            int
+	claim           string
+	full, withdrawn []string
+}
+
+// withdrawWalk runs steps random operations from seed over res (the full
+// model of node n), checking withdrawal at each step as
+// TestWithdrawEquivalence describes. The sequence depends only on seed and
+// on which claims allocate, so two layouts that allocate alike walk alike.
+func withdrawWalk(t *testing.T, n *simnode.Node, res resourceslice.DriverResources, seed uint64, steps int) walk {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0))
 	ctx := context.Background()
-	n := simnode.New(t, "dgxh100", "node-1")
 	classes := deviceclass.DeviceClasses(driverName)
-	full := at.NewCluster(namedSlices(n.Resources, n.Name), classes)
-	withdrawn := at.NewCluster(namedSlices(n.Resources, n.Name), classes)
-	devices := publishedByName(n.Resources)
+	full := at.NewCluster(namedSlices(res, n.Name), classes)
+	withdrawn := at.NewCluster(namedSlices(res, n.Name), classes)
+	devices := publishedByName(res)
 	var profiles []string
 	for _, p := range n.GPUs[0].MIG.Profiles {
 		profiles = append(profiles, p.Name)
@@ -72,7 +100,7 @@ func TestWithdrawEquivalence(t *testing.T) {
 				}
 			}
 		}
-		withdrawn.Slices = namedSlices(devicemodel.Withdraw(n.Resources, n.Name, prepared), n.Name)
+		withdrawn.Slices = namedSlices(devicemodel.Withdraw(res, n.Name, prepared), n.Name)
 	}
 	pick := func(ok func(*held) bool) *held {
 		var c []*held
@@ -96,8 +124,9 @@ func TestWithdrawEquivalence(t *testing.T) {
 		return out
 	}
 	stale := func() bool { return slices.ContainsFunc(claims, func(h *held) bool { return h.released }) }
-	ops := map[string]int{}
-	for step := range *withdrawSteps {
+	w := walk{ops: map[string]int{}}
+	ops := w.ops
+	for step := range steps {
 		switch op := rng.IntN(20); {
 		case op < 10:
 			claim := randomClaim(rng, profiles, step)
@@ -132,6 +161,14 @@ func TestWithdrawEquivalence(t *testing.T) {
 					t.Fatalf("step %d: %s gets %v on the withdrawn model, %v on the full one", step, describe(claim), at.Devices(got[0]), at.Devices(fullGot[0]))
 				}
 			}
+			record := allocateStep{step: step, claim: describe(claim)}
+			if fullGot != nil {
+				record.full = at.Devices(fullGot[0])
+			}
+			if got != nil {
+				record.withdrawn = at.Devices(got[0])
+			}
+			w.trace = append(w.trace, record)
 			if got != nil {
 				claims = append(claims, &held{claim: got[0]})
 				ops["allocate"]++
@@ -166,10 +203,7 @@ func TestWithdrawEquivalence(t *testing.T) {
 		claims = slices.DeleteFunc(claims, func(h *held) bool { return h.released && !h.prepared })
 		republish()
 	}
-	t.Logf("operations: %v", ops)
-	if ops["allocate"] == 0 || ops["prepare"] == 0 || ops["allocate (does not fit)"] == 0 {
-		t.Errorf("the sequence did not exercise allocations, prepares and a full node: %v", ops)
-	}
+	return w
 }
 
 // randomClaim is one claim of the kinds a pod asks for: whole GPUs, MIG

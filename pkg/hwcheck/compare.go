@@ -149,7 +149,7 @@ func totalsFields(t mig.Totals) map[string]string {
 }
 
 // CheckCounters checks that a GPU's counters add up, on its own: the whole
-// GPU consumes exactly its counter set; no device consumes a counter the
+// GPU and its shares exclude every other device of the GPU; no device consumes a counter the
 // set lacks, or more of one than it holds; and for each MIG profile, the
 // counters let exactly as many instances coexist as NVML's MaxInstances
 // says. It returns one problem per broken rule.
@@ -172,15 +172,42 @@ func CheckCounters(s Shape) []string {
 			}
 		}
 	}
-	if whole, ok := s.Devices["gpu"]; ok && !maps.Equal(whole.Consumes, s.Counters) {
-		problems = append(problems, fmt.Sprintf("%s: the whole GPU consumes %v, not its whole counter set %v", s.GPU, whole.Consumes, s.Counters))
-	}
+	problems = append(problems, wholeNotExclusive(s, capacity)...)
 	for _, p := range s.MIG {
 		if !slices.ContainsFunc(slices.Collect(maps.Values(s.Devices)), func(d DeviceShape) bool { return d.Profile == p.Name }) {
 			continue // not published (policy, MIG off)
 		}
 		if n := coexisting(s, p.Name, capacity); n != p.MaxInstances {
 			problems = append(problems, fmt.Sprintf("%s: MIG profile %s: the counters let %d instances coexist, NVML says at most %d", s.GPU, p.Name, n, p.MaxInstances))
+		}
+	}
+	return problems
+}
+
+// wholeNotExclusive names each pair of devices that the counters let be
+// allocated together although one of them takes the whole GPU (the whole
+// GPU, a share device: no MIG profile). Such a device need not consume
+// every counter (docs/device-model.md, lean counters), but for each other
+// device that consumes counters, one counter must not hold both.
+func wholeNotExclusive(s Shape, capacity map[string]int64) []string {
+	var problems []string
+	names := slices.Sorted(maps.Keys(s.Devices))
+	for _, name := range names {
+		whole := s.Devices[name]
+		if whole.Profile != "" || len(whole.Consumes) == 0 {
+			continue
+		}
+		for _, other := range names {
+			d := s.Devices[other]
+			if other == name || len(d.Consumes) == 0 {
+				continue
+			}
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(d.Consumes)), func(c string) bool {
+				v, ok := whole.Consumes[c]
+				return ok && quantity(v)+quantity(d.Consumes[c]) > capacity[c]
+			}) {
+				problems = append(problems, fmt.Sprintf("%s: %s takes the whole GPU, but its counters fit beside device %s", s.GPU, name, other))
+			}
 		}
 	}
 	return problems

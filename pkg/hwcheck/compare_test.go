@@ -106,6 +106,18 @@ func TestCheckCountersFindsWhatDoesNotAddUp(t *testing.T) {
 			s.Devices["gpu"] = d
 			return "counter bogus"
 		},
+		"the whole GPU fits beside a MIG device": func(s *Shape) string {
+			d := s.Devices["gpu"]
+			d.Consumes = map[string]string{"compute-slices": "6"}
+			s.Devices["gpu"] = d
+			return "gpu takes the whole GPU, but its counters fit beside device gpu-mig-1g10gb-"
+		},
+		"a share fits beside the whole GPU": func(s *Shape) string {
+			d := s.Devices["gpu-ts"]
+			d.Consumes = map[string]string{"memory-slice-0": "1"}
+			s.Devices["gpu-ts"] = d
+			return "gpu-ts takes the whole GPU, but its counters fit beside device gpu-mig-1g10gb-"
+		},
 		"a device consumes more than there is": func(s *Shape) string {
 			for name, d := range s.Devices {
 				if d.Profile != "" {

@@ -142,7 +142,8 @@ type FreeMIG struct {
 // FreeMIG lists, per profile in publication order, the MIG devices that can
 // still be allocated: what they consume of the GPU's counter set (its
 // memory slices, compute slices and engines) is not taken by allocated
-// devices. A whole GPU or a share takes every counter, so it leaves none.
+// devices. A whole GPU or a share takes all of a counter every MIG device
+// needs some of (compute-slices), so it leaves none that fits.
 // Static MIG devices use no counters; they are free when unallocated.
 func (g *GPU) FreeMIG() []FreeMIG {
 	remaining := make(map[string]int64, len(g.Counters))
