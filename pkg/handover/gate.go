@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,6 +45,7 @@ type Gate struct {
 	forward  Forwarder      // nil: refuse what comes after Drain
 	closed   bool           // Close began: forward no more
 	relayed  sync.WaitGroup // the forwarded calls
+	returned time.Time      // when the last call returned
 	open     chan struct{}  // closed by Open
 	stopping chan struct{}  // closed by Drain
 }
@@ -93,8 +95,14 @@ func (g *Gate) Drain() {
 	g.inflight.Wait()
 }
 
+// flushGrace is how long Close lets the answers of the last calls leave:
+// gRPC writes an answer after its handler returned, and the helper stops
+// its server abruptly (grpc.Server.Stop), which would cut an answer not
+// yet written (the kubelet sees EOF, a failed prepare).
+const flushGrace = 200 * time.Millisecond
+
 // Close drains, stops forwarding (later calls are refused) and waits for
-// the forwarded calls to return. Call it once the instance let go of the
+// the forwarded calls to return, and for their answers to leave. Call it once the instance let go of the
 // node (released the hand-over lock), before its gRPC server stops: the
 // newer instance holds forwarded calls until it owns the node, and their
 // answers go back through this server. The calls' contexts (the kubelet's
@@ -105,6 +113,17 @@ func (g *Gate) Close() {
 	g.closed = true
 	g.mu.Unlock()
 	g.relayed.Wait()
+	g.mu.Lock()
+	flushed := g.returned.Add(flushGrace)
+	g.mu.Unlock()
+	time.Sleep(time.Until(flushed))
+}
+
+// done records that a call returned.
+func (g *Gate) done() {
+	g.mu.Lock()
+	g.returned = time.Now()
+	g.mu.Unlock()
 }
 
 func (g *Gate) isOpen() bool {
@@ -128,6 +147,7 @@ func (g *Gate) Interceptor() grpc.UnaryServerInterceptor {
 		g.inflight.Add(1)
 		g.mu.Unlock()
 		defer g.inflight.Done()
+		defer g.done()
 		return handler(context.WithValue(ctx, countedKey{}, true), req)
 	}
 }
@@ -153,6 +173,7 @@ func (g *Gate) relay(ctx context.Context, req any, info *grpc.UnaryServerInfo) (
 	g.relayed.Add(1)
 	g.mu.Unlock()
 	defer g.relayed.Done()
+	defer g.done()
 	resp, err := forward.Forward(ctx, method, req)
 	if errors.Is(err, ErrNoPeer) {
 		logger.Info("Refused a call: this instance is handing the node over and no newer one serves", "method", method, "reason", err)
