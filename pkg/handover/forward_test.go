@@ -66,7 +66,7 @@ var allocated = func() *resourceapi.ResourceClaim {
 // serveInstance serves g on dir/socket through the kubelet helper, as
 // pkg/nodeplugin does in a rolling update, forwarding to the other
 // sockets in dir once g drains.
-func serveInstance(t *testing.T, ctx context.Context, dir, socket string, g *Gate, client kubernetes.Interface) {
+func serveInstance(t *testing.T, ctx context.Context, dir, socket string, g *Gate, client kubernetes.Interface) *kubeletplugin.Helper {
 	t.Helper()
 	g.ForwardTo(&SocketForwarder{Dir: dir, Own: socket})
 	h, err := kubeletplugin.Start(ctx, g,
@@ -78,6 +78,7 @@ func serveInstance(t *testing.T, ctx context.Context, dir, socket string, g *Gat
 		t.Fatalf("start the instance on %s: %v", socket, err)
 	}
 	t.Cleanup(h.Stop)
+	return h
 }
 
 // kubeletCall sends NodePrepareResources for claim to dir/socket as the
@@ -127,7 +128,7 @@ func TestDrainingGateForwardsToNewerInstance(t *testing.T) {
 	newPlugin := &instancePlugin{name: "new", prepares: make(chan struct{}, 10)}
 	oldGate, newGate := NewGate(nil), NewGate(nil)
 	oldGate.Open(oldPlugin)
-	serveInstance(t, ctx, dir, "dra-old.sock", oldGate, fake.NewClientset(allocated))
+	oldHelper := serveInstance(t, ctx, dir, "dra-old.sock", oldGate, fake.NewClientset(allocated))
 	// The new instance's helper gets the claim before its gate holds the call.
 	newClient, reached := fake.NewClientset(allocated), make(chan struct{}, 10)
 	newClient.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -164,20 +165,24 @@ func TestDrainingGateForwardsToNewerInstance(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	newGate.Open(newPlugin)
-	if err := waitFor(t, answered); err != nil {
-		t.Fatalf("prepare sent to the draining instance: %v", err)
-	}
 	select {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return after the forwarded call")
 	}
+	// The instance stops its server (abruptly) once Close returned: the
+	// answer has left by then.
+	oldHelper.Stop()
+	if err := waitFor(t, answered); err != nil {
+		t.Fatalf("prepare sent to the draining instance: %v", err)
+	}
 	if len(oldPlugin.prepares) != 1 {
 		t.Errorf("the draining instance's plugin prepared %d times, want only the call before Drain", len(oldPlugin.prepares))
 	}
 
-	if _, err := kubeletCall(ctx, oldSocket, "v1"); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), ErrStopping.Error()) {
-		t.Errorf("prepare after Close = %v, want Unavailable: %v", err, ErrStopping)
+	if _, err := oldGate.Interceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: drapbv1.DRAPlugin_NodePrepareResources_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil }); status.Code(err) != codes.Unavailable {
+		t.Errorf("a call after Close = %v, want Unavailable: %v", err, ErrStopping)
 	}
 
 	// v1beta1 is forwarded as such, to the newest socket.
