@@ -2,7 +2,6 @@ package handover
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +23,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 )
 
 // instancePlugin answers every claim with one device of a pool named
@@ -197,7 +198,7 @@ func TestDrainingGateForwardsToNewerInstance(t *testing.T) {
 	// Without a newer instance the call is refused.
 	lone := tempDir(t)
 	drained(t, ctx, lone, "dra-lone.sock")
-	deadSocket(t, filepath.Join(lone, "dra-dead.sock"))
+	testfs.DeadSocket(t, filepath.Join(lone, "dra-dead.sock"))
 	if _, err := kubeletCall(ctx, filepath.Join(lone, "dra-lone.sock"), "v1"); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), ErrStopping.Error()) {
 		t.Errorf("prepare without a newer instance = %v, want Unavailable: %v", err, ErrStopping)
 	}
@@ -221,15 +222,4 @@ func tempDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
-}
-
-// deadSocket leaves a socket file nobody listens on, as a killed instance does.
-func deadSocket(t *testing.T, path string) {
-	t.Helper()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.SetUnlinkOnClose(false)
-	_ = ln.Close()
 }
