@@ -102,11 +102,11 @@ func (g *Gate) Drain() {
 const flushGrace = 200 * time.Millisecond
 
 // Close drains, stops forwarding (later calls are refused) and waits for
-// the forwarded calls to return, and for their answers to leave. Call it once the instance let go of the
-// node (released the hand-over lock), before its gRPC server stops: the
-// newer instance holds forwarded calls until it owns the node, and their
-// answers go back through this server. The calls' contexts (the kubelet's
-// timeout) bound the wait.
+// the forwarded calls to return, and for their answers to leave. Call it
+// once the instance let go of the node (released the hand-over lock),
+// before its gRPC server stops: the newer instance holds forwarded calls
+// until it owns the node, and their answers go back through this server.
+// The calls' contexts (the kubelet's timeout) bound the wait.
 func (g *Gate) Close() {
 	g.Drain()
 	g.mu.Lock()
