@@ -49,7 +49,8 @@ func newServing(fatal context.CancelCauseFunc) *serving {
 
 // start starts the helper and the probes. The helper gets a context of its
 // own: a canceled ctx (SIGTERM) must not close the sockets under calls in
-// flight, which stop drains first.
+// flight, which stop drains first, nor under forwarded calls, which close
+// waits for.
 func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Interface, fatal context.CancelCauseFunc) error {
 	helperCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	opts := append(cfg.socketOptions(),
