@@ -1,9 +1,11 @@
 // Package testfs holds assertions on the files a test leaves behind, and
-// fake files of the host (/proc) that the code under test reads.
+// fake files of the host (/proc, sockets of dead processes) that the code
+// under test reads.
 package testfs
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,4 +53,16 @@ func WriteProcess(t testing.TB, root string, pid int, start uint64, cgroup strin
 			t.Fatal(err)
 		}
 	}
+}
+
+// DeadSocket leaves a unix socket file at path that nobody listens on, as
+// a killed process does: connecting to it is refused.
+func DeadSocket(t testing.TB, path string) {
+	t.Helper()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	_ = ln.Close()
 }

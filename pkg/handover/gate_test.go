@@ -106,16 +106,18 @@ func TestGateDrain(t *testing.T) {
 		t.Fatal("Drain returned while a call was inside the plugin")
 	case <-time.After(500 * time.Millisecond):
 	}
-	// A call still in the helper (its claims' GET) when Drain began.
+	// A call still in the helper (its claims' GET) when Drain began: it
+	// reaches the plugin, not ErrStopping.
 	handlerReached, handlerGo := make(chan struct{}), make(chan struct{})
 	early := make(chan error, 1)
-	g2 := NewGate(nil)
-	g2.Open(newPlugin())
+	g2, p2 := NewGate(nil), newPlugin()
+	close(p2.release)
+	g2.Open(p2)
 	go func() {
-		_, err := g2.Interceptor()(context.Background(), nil, nil, func(context.Context, any) (any, error) {
+		_, err := g2.Interceptor()(context.Background(), nil, nil, func(ctx context.Context, _ any) (any, error) {
 			close(handlerReached)
 			<-handlerGo
-			return nil, nil
+			return g2.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
 		})
 		early <- err
 	}()
@@ -129,7 +131,10 @@ func TestGateDrain(t *testing.T) {
 	}
 	close(handlerGo)
 	if err := waitFor(t, early); err != nil {
-		t.Fatalf("call in the helper: %v", err)
+		t.Fatalf("call in the helper when Drain began: %v", err)
+	}
+	if c := <-p2.calls; c != "prepare" {
+		t.Fatalf("plugin got %q, want prepare", c)
 	}
 	<-drained2
 

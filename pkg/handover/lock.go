@@ -8,7 +8,8 @@
 //
 // Gate is the other half: the plugin the kubelet helper serves while the
 // instance waits for the lock, so that the instance registers (and becomes
-// Ready) before it owns the node, and drains its calls before it lets go.
+// Ready) before it owns the node, and drains its calls before it lets go;
+// Forwarder sends the calls that still reach it then to the newer instance.
 package handover
 
 import (

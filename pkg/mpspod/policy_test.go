@@ -95,6 +95,26 @@ func checkPolicy(t *testing.T, v *policy, good *corev1.Pod) {
 	if msg := admit(t, v, admission.Create, good, &user.DefaultInfo{Name: pluginUser}); !strings.Contains(msg, "own node") {
 		t.Errorf("a credential without node creates the pod: %q", msg)
 	}
+	// A rolling upgrade's old instances create daemon pods of their own
+	// image: any tag or digest of the chart's repository is admitted.
+	digest := "@sha256:" + strings.Repeat("0123456789abcdef", 4)
+	for _, image := range []string{"registry.example/gpu-dra-driver:v8", "registry.example/gpu-dra-driver" + digest,
+		"registry.example/gpu-dra-driver:v8" + digest, "registry.example/gpu-dra-driver"} {
+		pod := good.DeepCopy()
+		pod.Spec.Containers[0].Image = image
+		if msg := admit(t, v, admission.Create, pod, nodeUser(node)); msg != "" {
+			t.Errorf("image %s of the driver's repository is denied: %s", image, msg)
+		}
+	}
+	for _, image := range []string{"registry.example/gpu-dra-driver-evil:v9", "registry.example/gpu-dra-driver/sub:v9",
+		"registry.example/other:v9", "registry.example/gpu-dra-driver:v9/../x", "registry.example/gpu-dra-driver@sha256:short",
+		"other.example/registry.example/gpu-dra-driver:v9"} {
+		pod := good.DeepCopy()
+		pod.Spec.Containers[0].Image = image
+		if msg := admit(t, v, admission.Create, pod, nodeUser(node)); !strings.Contains(msg, "the driver's image (registry.example/gpu-dra-driver, any tag or digest)") {
+			t.Errorf("image %s: denied with %q, want the driver's image named", image, msg)
+		}
+	}
 	variants := mpspodtest.ForbiddenVariants(good, "rel-gpu-dra-driver-kubelet-plugin")
 	// Variants a real API server refuses before the policy: it looks up
 	// the runtime class, it never admits ephemeral containers at create.

@@ -46,7 +46,8 @@ func Run(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	srv := newServing(cancel)
-	defer srv.stop(ctx)
+	// Last, after the hand-over lock went: the calls forwarded to the newer instance wait for it.
+	defer srv.close(ctx)
 	if cfg.PodUID != "" { // a rolling update: register, then wait for the old instance (docs/operations.md, Upgrade)
 		if err := srv.start(ctx, cfg, client, cancel); err != nil {
 			return err
@@ -131,10 +132,10 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err := srv.own(ctx, cfg, client, cancel, drv, hw.nvml); err != nil {
 		return err
 	}
-	var target publisher.Target = srv.helper
+	var target publisher.Target = srv.slices
 	if cfg.DevicePluginCheckPeriod > 0 { // never publish beside a device plugin (docs/migration.md)
 		gate := coexistence.New(coexistence.Options{Client: client, NodeName: cfg.NodeName, DriverName: cfg.DriverName,
-			Target: srv.helper, Period: cfg.DevicePluginCheckPeriod})
+			Target: srv.slices, Period: cfg.DevicePluginCheckPeriod})
 		go gate.Run(ctx)
 		target = gate
 	}

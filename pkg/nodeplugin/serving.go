@@ -25,7 +25,9 @@ import (
 
 // serving is what the instance serves to the kubelet: the helper's
 // sockets, whose calls wait behind a handover.Gate until the instance owns
-// the node, and the probes. In a rolling update (--pod-uid) they start
+// the node, and the probes; and, once it owns the node, its ResourceSlices
+// (a helper of their own, which stops before the hand-over lock goes while
+// the sockets still answer the calls the gate forwards). In a rolling update (--pod-uid) they start
 // before the instance waits for the hand-over lock, so that the new
 // instance registers and becomes Ready while the old one still owns the
 // node: the DaemonSet deletes the old pod only then (maxUnavailable 0,
@@ -33,7 +35,8 @@ import (
 // and they start once the instance is ready, as they always did.
 type serving struct {
 	gate   *handover.Gate
-	helper *kubeletplugin.Helper
+	helper *kubeletplugin.Helper          // the sockets
+	slices *kubeletplugin.Helper          // the ResourceSlices, set once the instance owns the node
 	nvml   atomic.Pointer[nvml.Interface] // set once the instance opened NVML, for the probes
 	engine atomic.Pointer[prepare.Engine] // set once the instance owns the node, for the probes
 	cancel context.CancelFunc
@@ -46,7 +49,8 @@ func newServing(fatal context.CancelCauseFunc) *serving {
 
 // start starts the helper and the probes. The helper gets a context of its
 // own: a canceled ctx (SIGTERM) must not close the sockets under calls in
-// flight, which stop drains first.
+// flight, which stop drains first, nor under forwarded calls, which close
+// waits for.
 func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Interface, fatal context.CancelCauseFunc) error {
 	helperCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	opts := append(cfg.socketOptions(),
@@ -59,6 +63,9 @@ func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Inte
 		kubeletplugin.Serialize(false),
 		kubeletplugin.GRPCInterceptor(s.gate.Interceptor()),
 	)
+	if cfg.PodUID != "" { // calls after Drain go to the newer instance beside this one
+		s.gate.ForwardTo(&handover.SocketForwarder{Dir: cfg.PluginDataDir, Own: cfg.draSocketFile()})
+	}
 	helper, err := kubeletplugin.Start(helperCtx, s.gate, opts...)
 	if err != nil {
 		cancel()
@@ -70,31 +77,56 @@ func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Inte
 
 // own is called once the instance owns the node and has built its plugin:
 // the calls waiting at the gate go through; the helper starts now if it
-// did not before.
+// did not before, and the one that publishes the node's ResourceSlices.
 func (s *serving) own(ctx context.Context, cfg *Config, client kubernetes.Interface, fatal context.CancelCauseFunc,
 	drv *prepare.Engine, lib nvml.Interface) error {
 	s.nvml.Store(&lib)
 	s.engine.Store(drv)
 	s.gate.Open(drv)
 	if s.helper == nil {
-		return s.start(ctx, cfg, client, fatal)
+		if err := s.start(ctx, cfg, client, fatal); err != nil {
+			return err
+		}
 	}
+	// Its own context, as the sockets': stop ends it after the drain.
+	slices, err := kubeletplugin.Start(context.WithoutCancel(ctx), s.gate,
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.DriverName(cfg.DriverName),
+		kubeletplugin.DRAService(false),
+		kubeletplugin.RegistrationService(false),
+	)
+	if err != nil {
+		return fmt.Errorf("start publishing ResourceSlices: %w", err)
+	}
+	s.slices = slices
 	return nil
 }
 
-// stop hands the node's serving over: new calls are refused (the kubelet
-// sends them to the newer instance), the calls in flight finish, then the
-// helper stops publishing ResourceSlices and removes its sockets, which
-// unregisters the instance. Only then may the hand-over lock go. Calls in
-// flight are not cut short: the kubelet's call timeout bounds them, and
-// the pod's termination grace period bounds the whole.
+// stop hands the node's serving over: new calls are forwarded to the
+// newer instance (the kubelet may still send them here while its
+// connection to that one is not up) or, without one, refused; the calls in
+// flight finish, then the instance stops publishing ResourceSlices. Only
+// then may the hand-over lock go. Calls in flight are not cut short: the
+// kubelet's call timeout bounds them, and the pod's termination grace
+// period bounds the whole.
 func (s *serving) stop(ctx context.Context) {
 	s.once.Do(func() {
 		klog.FromContext(ctx).Info("Stopping: draining the kubelet's calls in flight")
 		s.gate.Drain()
-		s.helper.Stop() // nil-safe
-		s.cancel()
+		s.slices.Stop() // nil-safe
 	})
+}
+
+// close ends the serving once the instance let go of the node: it waits
+// for the calls forwarded to the newer instance, which that one holds until
+// it took the hand-over lock, then removes the sockets, which unregisters
+// the instance.
+func (s *serving) close(ctx context.Context) {
+	s.stop(ctx)
+	s.gate.Close()
+	s.helper.Stop() // nil-safe
+	s.cancel()
 }
 
 // acquire waits until this instance owns the node: it holds the hand-over

@@ -12,6 +12,7 @@ import (
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -37,18 +38,6 @@ func serveRegistration(t *testing.T, path string) (stop func()) {
 	return srv.Stop
 }
 
-// deadSocket leaves a socket file nobody listens on, as a killed
-// instance does.
-func deadSocket(t *testing.T, path string) {
-	t.Helper()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.SetUnlinkOnClose(false)
-	_ = ln.Close()
-}
-
 // In a rolling update, the instance that has the lock also waits for an
 // instance of an earlier release (no lock, the fixed socket name) to stop,
 // and then removes the sockets dead instances left, not live ones.
@@ -71,8 +60,8 @@ func TestAcquireWaitsForEarlierRelease(t *testing.T) {
 	defer serveRegistration(t, live)()
 	deadReg := filepath.Join(cfg.RegistrarDir, cfg.DriverName+"-dead-reg.sock")
 	deadDRA := filepath.Join(cfg.PluginDataDir, "dra-dead.sock")
-	deadSocket(t, deadReg)
-	deadSocket(t, deadDRA)
+	testfs.DeadSocket(t, deadReg)
+	testfs.DeadSocket(t, deadDRA)
 
 	s := newServing(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

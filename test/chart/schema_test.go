@@ -59,6 +59,15 @@ func TestSchemaRefusesMistypedValues(t *testing.T) {
 			args: []string{"--set", "devicePolicy.default.mps.maxShare=3"},
 			want: []string{"at '/devicePolicy/default/mps'", "'maxShare' not allowed"},
 		},
+		// The MPS daemon pod policy quotes it in CEL.
+		"image repository with a quote": {
+			args: []string{"--set", "image.repository=gdd.local/x' || true || 'y"},
+			want: []string{"at '/image/repository'", "does not match pattern"},
+		},
+		"image repository with a tag": {
+			args: []string{"--set", "image.repository=gdd.local/gpu-dra-driver:v1"},
+			want: []string{"at '/image/repository'", "does not match pattern"},
+		},
 		"port as a string": {
 			args: []string{"--set", "kubeletPlugin.metricsPort=abc"},
 			want: []string{"at '/kubeletPlugin/metricsPort'", "want integer"},

@@ -6,6 +6,7 @@ package mpspodtest
 
 import (
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -50,6 +51,12 @@ func ForbiddenVariants(good *corev1.Pod, otherSA string) map[string]Variant {
 	return map[string]Variant{
 		"not a daemon pod": {func(p *corev1.Pod) { delete(p.Labels, "app.kubernetes.io/component") }, "only manage MPS control daemon pods"},
 		"another image":    {func(p *corev1.Pod) { c(p).Image = "registry.example/miner:latest" }, "the driver's image"},
+		// Any tag of the driver's repository is admitted (rolling upgrades),
+		// not a repository whose name only starts the same.
+		"a repository named like the driver's": {func(p *corev1.Pod) {
+			repo, tag := splitImage(c(p).Image)
+			c(p).Image = repo + "-evil" + tag
+		}, "the driver's image"},
 		"a second container": {func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, *c(p))
 			p.Spec.Containers[1].Name = "two"
@@ -108,4 +115,17 @@ func ForbiddenVariants(good *corev1.Pod, otherSA string) map[string]Variant {
 			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "0"}}}
 		}, "exactly the security context"},
 	}
+}
+
+// splitImage splits an image reference into its repository and the rest
+// (":tag", "@digest" or both).
+func splitImage(image string) (repo, rest string) {
+	name := image
+	if i := strings.Index(name, "@"); i >= 0 {
+		name = name[:i]
+	}
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	return name, image[len(name):]
 }
