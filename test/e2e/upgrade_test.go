@@ -307,7 +307,8 @@ func ctr(t *testing.T, ctx context.Context, args ...string) {
 
 // watchPluginPods watches the nodes' plugin pods every half second until
 // ctx ends; the returned function gives the most seen at once on each node,
-// the most nodes seen with two at once, and the plugin container restarts seen (a crash during the hand-over); those of
+// the most nodes seen with two pods not yet deleting at once (the rollout's
+// surge), and the plugin container restarts seen (a crash during the hand-over); those of
 // the pods already there at the first look count from then: an earlier test
 // may have restarted the pod the upgrade starts from
 // (TestLivenessRestartsWedgedPlugin does).
@@ -321,13 +322,16 @@ func watchPluginPods(ctx context.Context, nodes []string) func() (most map[strin
 			})
 			if err == nil {
 				mu.Lock()
-				now := map[string]int{}
+				now, live := map[string]int{}, map[string]int{}
 				for i := range pods.Items {
 					p := &pods.Items[i]
 					if !slices.Contains(nodes, p.Spec.NodeName) {
 						continue
 					}
 					now[p.Spec.NodeName]++
+					if p.DeletionTimestamp == nil {
+						live[p.Spec.NodeName]++ // an old pod handing over is done with the rollout
+					}
 					name, n := p.Name, pluginRestarts(p)
 					if !looked {
 						first[name] = n // absent later: 0
@@ -339,7 +343,7 @@ func watchPluginPods(ctx context.Context, nodes []string) func() (most map[strin
 				two := 0
 				for n, k := range now {
 					most[n] = max(most[n], k)
-					if k > 1 {
+					if live[n] > 1 {
 						two++
 					}
 				}
