@@ -259,10 +259,12 @@ func (m *Machine) bindOp(driver, attr, bdf string) {
 		}
 		g.driver = driver
 	}
+	// The device nodes first: the kernel makes (or removes) /dev/vfio/<group> while it binds
+	// (unbinds) the device, before the driver link shows the result.
+	m.refreshDriverRoots()
 	for _, root := range m.sysfsRoots {
 		_ = m.linkDriver(root, dirs[g.index], g)
 	}
-	m.refreshDriverRoots()
 }
 
 // matches is pci_match_device for the two drivers: a driver_override names the only driver that

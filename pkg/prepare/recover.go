@@ -247,6 +247,7 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 			}
 			pd.GPUUUID = dev.Annotations[annotationGPU]
 			pd.AdminAccess = dev.Annotations[annotationAdminAccess] == "true"
+			pd.VFIOPCIBusID = dev.Annotations[annotationVFIO]
 			if nodes := dev.Annotations[annotationDeviceNodes]; nodes != "" {
 				pd.DeviceNodes = strings.Split(nodes, ",")
 			}

@@ -1,0 +1,80 @@
+package prepare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+)
+
+// vfioHandler prepares a passthrough device: the GPU leaves the nvidia
+// driver for vfio-pci, and the claim's containers (a virtual machine's
+// launcher) get its IOMMU group's VFIO node instead of /dev/nvidia<N>.
+// Unprepare binds it back to nvidia.
+type vfioHandler struct{}
+
+var errNoPassthrough = errors.New("this node's plugin cannot pass GPUs through (no sysfs access)")
+
+func (vfioHandler) plan(pub *devicemodel.Published, r resourceapi.DeviceRequestAllocationResult, cfg gpuv1beta1.Config, pd *checkpoint.PreparedDevice) (shareInput, error) {
+	if err := checkWholeGPUConfig(cfg, r.Device); err != nil {
+		return shareInput{}, err
+	}
+	// The binding intent, durable before anything is bound: a restart
+	// binds the device back to nvidia by it.
+	pd.VFIOPCIBusID = pub.GPU.PCIBusID
+	return shareInput{}, nil
+}
+
+func (vfioHandler) prepare(ctx context.Context, d *Engine, _ *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice, _ shareInput) error {
+	if d.opts.Passthrough == nil {
+		return fmt.Errorf("device %s: %w", pd.Device, errNoPassthrough)
+	}
+	if err := d.opts.Passthrough.Take(ctx, pd.GPUUUID, pd.VFIOPCIBusID); err != nil {
+		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	d.fault(FaultPrepareVFIOBound)
+	return nil
+}
+
+// unprepare binds the GPU back to nvidia, from whatever step prepare (or
+// an earlier unprepare) reached.
+func (vfioHandler) unprepare(ctx context.Context, d *Engine, _ types.UID, pd *checkpoint.PreparedDevice) error {
+	if pd.VFIOPCIBusID == "" {
+		return nil // never bound
+	}
+	if d.opts.Passthrough == nil {
+		return errNoPassthrough
+	}
+	return d.opts.Passthrough.Give(ctx, pd.VFIOPCIBusID)
+}
+
+// containerEdits replaces the GPU's node with the VFIO nodes.
+func (vfioHandler) containerEdits(d *Engine, _ *devicemodel.Published, pd *checkpoint.PreparedDevice, cd *cdi.ClaimDevice) error {
+	if d.opts.Passthrough == nil {
+		return fmt.Errorf("device %s: %w", pd.Device, errNoPassthrough)
+	}
+	nodes, err := d.opts.Passthrough.DeviceNodes(pd.VFIOPCIBusID)
+	if err != nil {
+		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	cd.DeviceNodes = nodes
+	return nil
+}
+
+// durableStart: the binding to vfio-pci outlives a crash; the record is how
+// it is found and undone.
+func (vfioHandler) durableStart() bool { return true }
+
+func (vfioHandler) strategy(*checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy { return "" }
+
+// conflict: a passed-through GPU excludes every other device of it.
+func (vfioHandler) conflict(gpu string, a, b checkpoint.PreparedDevice) string {
+	return gpuHandler{}.conflict(gpu, a, b)
+}
