@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/staleclaims"
@@ -97,6 +98,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		CheckpointPath: checkpointPath,
 		Fatal:          cancel,
 		FaultHook:      hw.faultHook(cfg.FaultHook),
+		Passthrough:    passthrough.Host{Sysfs: passthrough.Sysfs{Root: hw.sysfsRoot}, NVML: hw.nvml},
 	}
 	if mps != nil { // a nil *MPSManager in the interface would not be nil
 		opts.MPS = mps

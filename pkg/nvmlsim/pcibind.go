@@ -227,10 +227,10 @@ func notInNVML(g *gpu) (nvml.Return, bool) {
 	return nvml.SUCCESS, false
 }
 
-// bindOp is the kernel's handling of a write of bdf to bus/pci/drivers/<driver>/<attr>. Like the
+// bindOp is the kernel's handling of a write of bdf to bus/pci/drivers/<driver>/<attr> under root. Like the
 // kernel it ignores (the write would fail with ENODEV or EBUSY) a bind of a device that has a
 // driver or that the driver does not match, and an unbind from a driver the device is not bound to.
-func (m *Machine) bindOp(driver, attr, bdf string) {
+func (m *Machine) bindOp(root, driver, attr, bdf string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var g *gpu
@@ -254,7 +254,7 @@ func (m *Machine) bindOp(driver, attr, bdf string) {
 		}
 		g.driver = ""
 	case "bind":
-		if g.driver != "" || !m.matches(driver, dirs[g.index]) {
+		if g.driver != "" || !matches(root, driver, dirs[g.index]) {
 			return
 		}
 		g.driver = driver
@@ -269,12 +269,9 @@ func (m *Machine) bindOp(driver, attr, bdf string) {
 
 // matches is pci_match_device for the two drivers: a driver_override names the only driver that
 // may bind; without one, nvidia matches its GPUs by ID and vfio-pci (no ID table) matches nothing.
-// The override is read from the first sysfs root. m.mu must be held.
-func (m *Machine) matches(driver, dir string) bool {
-	if len(m.sysfsRoots) == 0 {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join(m.sysfsRoots[0], dir, "driver_override"))
+// The override is read under root, the tree the bind was written to.
+func matches(root, driver, dir string) bool {
+	b, err := os.ReadFile(filepath.Join(root, dir, "driver_override"))
 	if err != nil {
 		return false
 	}

@@ -36,7 +36,7 @@ func (m *Machine) ServeSysfs(ctx context.Context, root string) error {
 				return fmt.Errorf("simulated kernel of %s: %w", root, err)
 			}
 			files = append(files, f)
-			go m.serveAttribute(logger, f, d, attr)
+			go m.serveAttribute(logger, f, root, d, attr)
 		}
 	}
 	go func() {
@@ -48,13 +48,13 @@ func (m *Machine) ServeSysfs(ctx context.Context, root string) error {
 	return nil
 }
 
-func (m *Machine) serveAttribute(logger klog.Logger, f *os.File, driver, attr string) {
+func (m *Machine) serveAttribute(logger klog.Logger, f *os.File, root, driver, attr string) {
 	buf := make([]byte, 4096)
 	for {
 		n, err := f.Read(buf)
 		for _, bdf := range pciAddress.FindAll(buf[:n], -1) {
 			logger.V(2).Info("Simulated kernel", "driver", driver, "op", attr, "device", string(bdf))
-			m.bindOp(driver, attr, string(bdf))
+			m.bindOp(root, driver, attr, string(bdf))
 		}
 		if err != nil {
 			if !errors.Is(err, os.ErrClosed) {
