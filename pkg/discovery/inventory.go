@@ -51,6 +51,14 @@ func addPassedThrough(ctx context.Context, gpus []GPU, path, sysfsRoot string) [
 			continue // gone, or bound elsewhere: not ours to describe
 		}
 		logger.Info("GPU is bound to vfio-pci; describing it from the inventory", "gpu", g.UUID, "pciBusID", g.PCIBusID)
+		if g.MIG != nil {
+			// The nvidia driver's unbind destroyed its MIG instances:
+			// those the inventory lists are gone, and would otherwise
+			// be published as static MIG devices.
+			m := *g.MIG
+			m.Instances = nil
+			g.MIG = &m
+		}
 		gpus = append(gpus, g)
 	}
 	sort.Slice(gpus, func(a, b int) bool { return gpus[a].Minor < gpus[b].Minor })

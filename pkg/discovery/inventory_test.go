@@ -2,6 +2,7 @@ package discovery_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 )
@@ -59,6 +61,20 @@ func TestDiscoverPassedThroughGPUFromInventory(t *testing.T) {
 	}
 	if len(after) != len(before) || !reflect.DeepEqual(after[2], before[2]) {
 		t.Fatalf("with the inventory: GPU 2 = %+v, want %+v", after[2], before[2])
+	}
+
+	// MIG instances the inventory lists did not survive the unbind: none are described.
+	stale := before
+	stale[2].MIG.Instances = []mig.Instance{{GIID: 1, CIID: 0, UUID: "MIG-stale"}}
+	data, err := json.Marshal(map[string]any{"gpus": stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inv, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := discovery.Discover(ctx, m, opts); err != nil || got[2].MIG == nil || len(got[2].MIG.Instances) != 0 {
+		t.Fatalf("GPU 2 from an inventory with MIG instances: %+v, %v; want none", got[2].MIG, err)
 	}
 
 	// The inventory written now still lists it; a GPU back on nvidia is NVML's again.

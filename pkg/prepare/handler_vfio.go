@@ -32,9 +32,14 @@ func (vfioHandler) plan(pub *devicemodel.Published, r resourceapi.DeviceRequestA
 	return shareInput{}, nil
 }
 
-func (vfioHandler) prepare(ctx context.Context, d *Engine, _ *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice, _ shareInput) error {
+func (vfioHandler) prepare(ctx context.Context, d *Engine, entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice, _ shareInput) error {
 	if d.opts.Passthrough == nil {
 		return fmt.Errorf("device %s: %w", pd.Device, errNoPassthrough)
+	}
+	// Beside the checkpoint, so a checkpoint lost before the spec is
+	// written still tells the next start to give the GPU back.
+	if err := d.recordVFIOIntent(entry, pd); err != nil {
+		return err
 	}
 	if err := d.opts.Passthrough.Take(ctx, pd.GPUUUID, pd.VFIOPCIBusID); err != nil {
 		return fmt.Errorf("device %s: %w", pd.Device, err)
@@ -45,14 +50,17 @@ func (vfioHandler) prepare(ctx context.Context, d *Engine, _ *checkpoint.Prepare
 
 // unprepare binds the GPU back to nvidia, from whatever step prepare (or
 // an earlier unprepare) reached.
-func (vfioHandler) unprepare(ctx context.Context, d *Engine, _ types.UID, pd *checkpoint.PreparedDevice) error {
+func (vfioHandler) unprepare(ctx context.Context, d *Engine, claimUID types.UID, pd *checkpoint.PreparedDevice) error {
 	if pd.VFIOPCIBusID == "" {
 		return nil // never bound
 	}
 	if d.opts.Passthrough == nil {
 		return errNoPassthrough
 	}
-	return d.opts.Passthrough.Give(ctx, pd.VFIOPCIBusID)
+	if err := d.opts.Passthrough.Give(ctx, pd.VFIOPCIBusID); err != nil {
+		return err
+	}
+	return d.forgetVFIOIntent(claimUID, pd.VFIOPCIBusID)
 }
 
 // containerEdits replaces the GPU's node with the VFIO nodes.

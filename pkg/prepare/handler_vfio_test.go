@@ -190,3 +190,38 @@ func TestVFIOCrashConverges(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint lost after the GPU was bound and before the claim's spec was written (nothing else
+// records the binding) does not leave the GPU on vfio-pci: the intent file beside the checkpoint
+// tells the next start to give it back.
+func TestVFIOGivenBackWhenCheckpointLost(t *testing.T) {
+	var hook func(string)
+	opts, node, sys := vfioOptions(t, Options{FaultHook: func(p string) {
+		if hook != nil {
+			hook(p)
+		}
+	}})
+	d := startTestDriver(t, opts, node)
+	device, bdf := vfioGPU(node, 4)
+	crashAt(t, FaultPrepareVFIOBound, func(h func(string)) {
+		hook = h
+		_ = prepareOne(t, d, allocated("vm", []string{device}))
+	})
+	hook = nil
+	if got := bound(t, sys, bdf); got != passthrough.DriverVFIO {
+		t.Fatalf("at the crash: GPU bound to %q, want vfio-pci", got)
+	}
+	if err := os.Remove(opts.CheckpointPath); err != nil {
+		t.Fatal(err)
+	}
+	d = startTestDriver(t, opts, node)
+	if got := bound(t, sys, bdf); got != passthrough.DriverNVIDIA {
+		t.Fatalf("after a start without the checkpoint: GPU bound to %q, want nvidia", got)
+	}
+	if got := d.PreparedClaims(); len(got) != 0 {
+		t.Errorf("claims: %+v", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(d.vfioIntentDir(), "*")); len(left) != 0 {
+		t.Errorf("intents left: %v", left)
+	}
+}

@@ -65,6 +65,7 @@ func (d *Engine) recover(ctx context.Context) error {
 		d.fault(FaultRecoverRolledBack)
 	}
 	d.destroyLeakedMIG(ctx)
+	d.giveBackLeakedVFIO(ctx)
 	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
 		entry, ok := d.cp.Get(spec.Claim.UID)
