@@ -23,6 +23,11 @@ type vfioHandler struct{}
 var errNoPassthrough = errors.New("this node's plugin cannot pass GPUs through (no sysfs access)")
 
 func (vfioHandler) plan(pub *devicemodel.Published, r resourceapi.DeviceRequestAllocationResult, cfg gpuv1beta1.Config, pd *checkpoint.PreparedDevice) (shareInput, error) {
+	if pd.AdminAccess {
+		// A VFIO group has one user at a time, the guest's VMM: there is
+		// nothing to hand out beside it.
+		return shareInput{}, fmt.Errorf("device %s is a GPU passed through to a virtual machine: admin access does not apply to it (ask for the GPU's whole-GPU device %s)", r.Device, pub.GPU.CanonicalName())
+	}
 	if err := checkWholeGPUConfig(cfg, r.Device); err != nil {
 		return shareInput{}, err
 	}

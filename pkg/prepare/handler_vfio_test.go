@@ -225,3 +225,20 @@ func TestVFIOGivenBackWhenCheckpointLost(t *testing.T) {
 		t.Errorf("intents left: %v", left)
 	}
 }
+
+// Admin access to a passthrough device is refused by name: a VFIO group has one user.
+func TestVFIOAdminAccessRefused(t *testing.T) {
+	opts, node, sys := vfioOptions(t, Options{})
+	d := startTestDriver(t, opts, node)
+	device, bdf := vfioGPU(node, 6)
+	claim := allocated("admin", []string{device})
+	admin := true
+	claim.Status.Allocation.Devices.Results[0].AdminAccess = &admin
+	err := prepareOne(t, d, claim)
+	if err == nil || !strings.Contains(err.Error(), "admin access does not apply to it (ask for the GPU's whole-GPU device gpu-6)") {
+		t.Fatalf("admin access to %s: err = %v, want a refusal", device, err)
+	}
+	if got := bound(t, sys, bdf); got != passthrough.DriverNVIDIA {
+		t.Errorf("GPU bound to %q", got)
+	}
+}
