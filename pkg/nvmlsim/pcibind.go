@@ -243,6 +243,14 @@ func (m *Machine) bindOp(root, driver, attr, bdf string) {
 		return
 	}
 	dirs := m.pciDeviceDirs()
+	// The tree is the kernel's state: another process's machine (a plugin
+	// handing over to its successor) may have moved the device since this
+	// machine last looked.
+	if target, err := os.Readlink(filepath.Join(root, dirs[g.index], "driver")); err == nil {
+		g.driver = filepath.Base(target)
+	} else if errors.Is(err, fs.ErrNotExist) {
+		g.driver = ""
+	}
 	switch attr {
 	case "unbind":
 		if g.driver != driver {
