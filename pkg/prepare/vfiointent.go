@@ -3,12 +3,9 @@ package prepare
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -73,47 +70,31 @@ func (d *Engine) forgetVFIOIntent(uid types.UID, pciBusID string) error {
 // for the next start.
 func (d *Engine) giveBackLeakedVFIO(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	files, err := os.ReadDir(d.vfioIntentDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	if err != nil {
-		logger.Error(err, "Cannot list passthrough intents; GPUs left on vfio-pci, if any, stay")
-		return
-	}
-	for _, f := range files {
-		if !f.Type().IsRegular() || !strings.HasSuffix(f.Name(), ".json") {
-			continue
-		}
-		path := filepath.Join(d.vfioIntentDir(), f.Name())
+	forEachIntent(ctx, d.vfioIntentDir(), "passthrough", func(path string, data []byte) {
 		var intent vfioIntent
-		data, err := os.ReadFile(path)
-		if err == nil {
-			err = json.Unmarshal(data, &intent)
-		}
-		if err != nil {
+		if err := json.Unmarshal(data, &intent); err != nil {
 			logger.Error(err, "Ignoring unreadable passthrough intent", "path", path)
-			continue
+			return
 		}
 		holder, held := d.vfioHolder(intent.PCIBusID)
 		if held && holder == intent.ClaimUID {
-			continue
+			return
 		}
 		if !held {
 			if d.opts.Passthrough == nil {
-				continue
+				return
 			}
 			logger.Info("Binding a GPU back to nvidia that no claim holds (its record was lost)",
 				"claim", klog.KRef(intent.Namespace, intent.Name), "claimUID", intent.ClaimUID, "device", intent.Device, "pciBusID", intent.PCIBusID)
 			if err := d.opts.Passthrough.Give(ctx, intent.PCIBusID); err != nil {
 				logger.Error(err, "Cannot bind the GPU back to nvidia; retrying at the next start", "pciBusID", intent.PCIBusID)
-				continue
+				return
 			}
 		}
 		if err := atomicfile.Remove(path); err != nil {
 			logger.Error(err, "Cannot remove passthrough intent", "path", path)
 		}
-	}
+	})
 }
 
 // vfioHolder is the claim whose entry holds the GPU at pciBusID for
