@@ -113,8 +113,9 @@ func (m *Machine) pciDeviceDirs() []string {
 const up4 = "../../../.."
 
 // writeBinding writes the binding and IOMMU parts of root for every GPU. A device directory that
-// existed before (fresh is false) keeps its driver link and driver_override: they are the
-// simulated kernel's state, and the machine adopts them. m.mu must be held.
+// existed before (fresh is false) with a driver_override keeps its driver link and
+// driver_override: they are the simulated kernel's state, and the machine adopts them. m.mu must
+// be held.
 func (m *Machine) writeBinding(root string, dirs []string, fresh []bool) error {
 	for _, d := range pciDrivers {
 		for _, attr := range []string{"bind", "unbind"} {
@@ -132,13 +133,17 @@ func (m *Machine) writeBinding(root string, dirs []string, fresh []bool) error {
 		if err := symlink(filepath.Join(up4, dirs[i]), filepath.Join(root, group, "devices", g.busID())); err != nil {
 			return err
 		}
+		// A tree written before the simulation had binding (no
+		// driver_override) starts as a fresh one: every GPU on nvidia.
 		override := filepath.Join(dev, "driver_override")
-		if _, err := os.Lstat(override); errors.Is(err, fs.ErrNotExist) || fresh[i] {
+		_, err := os.Lstat(override)
+		known := !fresh[i] && err == nil
+		if !known {
 			if err := writeFile(override, "(null)\n", 0o644); err != nil {
 				return err
 			}
 		}
-		if !fresh[i] {
+		if known {
 			target, err := os.Readlink(filepath.Join(dev, "driver"))
 			switch {
 			case err == nil:

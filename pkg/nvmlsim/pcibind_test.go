@@ -201,3 +201,32 @@ func TestSysfsBindingSurvivesRestartNotReboot(t *testing.T) {
 		t.Errorf("after reboot: DeviceGetCount = %d, want 4", n)
 	}
 }
+
+// A tree an older simulation wrote has no binding: its GPUs start on nvidia, not unbound (a plugin
+// upgraded over such a tree must still see every GPU).
+func TestSysfsWithoutBindingStartsOnNVIDIA(t *testing.T) {
+	m := started(t, "l4x4")
+	sys := t.TempDir()
+	if err := m.WriteSysfs(sys); err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.GPUCount() {
+		dev := filepath.Join(sys, "bus/pci/devices", m.gpus[i].busID())
+		if err := os.Remove(filepath.Join(dev, "driver")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dev, "driver_override")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := started(t, "l4x4")
+	if err := again.WriteSysfs(sys); err != nil {
+		t.Fatal(err)
+	}
+	if n := get(again.DeviceGetCount()).must(t, "DeviceGetCount"); n != 4 {
+		t.Errorf("DeviceGetCount = %d over an old tree, want 4", n)
+	}
+	if got := driverOf(sys, again.gpus[0].busID()); got != DriverNVIDIA {
+		t.Errorf("GPU 0 bound to %q over an old tree, want nvidia", got)
+	}
+}
