@@ -57,12 +57,10 @@ func HelmTemplate() []byte {
 `, vocabulary.ResourceMIGPrefix)
 	for _, c := range Classes {
 		writeClass(&b, c.helmName(), c.Description, c.Selector(helmDriver), ".")
-		if v := extendedValues[c.DeviceType]; v != "" { // a VM's device is no container's extended resource
-			fmt.Fprintf(&b, `  {{- with %s }}
+		fmt.Fprintf(&b, `  {{- with %s }}
   extendedResourceName: {{ . | quote }}
   {{- end }}
-`, v)
-		}
+`, extendedValues[c.DeviceType])
 	}
 	fmt.Fprintf(&b, `{{- range $profile := $profiles }}
 {{- $suffix := replace "+" "." $profile }}
