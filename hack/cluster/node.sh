@@ -261,11 +261,15 @@ node_processes() {
 	{
 		if [[ -n $netns ]]; then
 			for p in /proc/[0-9]*; do
-				[[ $(readlink "$p/ns/net" 2>/dev/null) == "$netns" ]] && echo "${p#/proc/}"
+				if [[ $(readlink "$p/ns/net" 2>/dev/null) == "$netns" ]]; then
+					echo "${p#/proc/}"
+				fi
 			done
 		fi
 		for cg in $(gdd_cgroup_dirs "$name"); do
-			[[ -d $cg ]] && find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null
+			if [[ -d $cg ]]; then
+				find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null || true
+			fi
 		done
 	} | sort -un
 }
@@ -293,7 +297,9 @@ node_remove() {
 	[[ -z $(node_processes "$name") ]] || say "node $name: processes left: $(node_processes "$name" | tr '\n' ' ')"
 	local cg
 	for cg in $(gdd_cgroup_dirs "$name"); do
-		[[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+		if [[ -d $cg ]]; then
+			find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+		fi
 	done
 	rm -f "$pids/ns.pid"
 	say "node $name: stopped"
