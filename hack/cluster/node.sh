@@ -301,6 +301,13 @@ node_remove() {
 			find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
 		fi
 	done
+	# The holder itself, also when up.sh died before it recorded the
+	# namespace id by which node_processes finds it.
+	local holder
+	holder=$(cat "$pids/ns.pid" 2>/dev/null || true)
+	if [[ $holder =~ ^[0-9]+$ && $(readlink "/proc/$holder/exe" 2>/dev/null) == */sleep ]]; then
+		kill -KILL "$holder" 2>/dev/null || true
+	fi
 	rm -f "$pids/ns.pid"
 	say "node $name: stopped"
 }
@@ -312,6 +319,14 @@ gdd_check_nothing_left() {
 	local left=() p
 	for p in kubelet containerd etcd kube-apiserver; do
 		pgrep -x "$p" >/dev/null && left+=("$p processes")
+	done
+	# A node's namespace holder: sleep in a network namespace not the host's.
+	local host pid
+	host=$(readlink /proc/self/ns/net)
+	for pid in $(pgrep -x sleep || true); do
+		if [[ $(readlink "/proc/$pid/ns/net" 2>/dev/null) != "$host" && $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == "sleep infinity " ]]; then
+			left+=("namespace holder $pid")
+		fi
 	done
 	ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1 && left+=("bridge $GDD_HOST_BRIDGE")
 	[[ -n $(ip -o link show | grep -E ' gddv[0-9]+@' || true) ]] && left+=("veth devices")

@@ -67,11 +67,12 @@ demo_up() {
 	demo_wait_no_cluster
 	if [[ ${DEMO_CRASH_CHECK:-} == 1 ]]; then
 		gdd_log "checking that down.sh cleans up after a crash of up.sh (hack/cluster/crash-check.sh)"
-		hack/cluster/crash-check.sh --state-dir "$GDD_STATE_DIR"
+		hack/cluster/crash-check.sh --state-dir "$GDD_STATE_DIR" {DEMO_LOCK_FD}>&-
 	fi
 	gdd_log "starting the local cluster (state dir $GDD_STATE_DIR)"
 	log=$(mktemp)
-	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --nodes "$GDD_NODES" --image "$PWD/$image" 2> >(tee "$log" >&2) >/dev/null; then
+	# The cluster's processes must not hold this script's lock.
+	if ! hack/cluster/up.sh --state-dir "$GDD_STATE_DIR" --nodes "$GDD_NODES" --image "$PWD/$image" {DEMO_LOCK_FD}>&- 2> >(tee "$log" >&2) >/dev/null; then
 		sleep 0.2 # let tee finish
 		# up.sh refuses before starting anything when someone else's cluster came up
 		# in the meantime: that one must not be torn down.
