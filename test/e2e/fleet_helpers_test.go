@@ -56,16 +56,22 @@ func nodeDir(t *testing.T, node string) string {
 	return d
 }
 
-// nodeExec runs a command in node's mount and network namespaces, where
-// the node's own mounts (the kubelet's tmpfs, the plugin's MPS shm) are, as
-// hack/cluster/enter.sh does.
-func nodeExec(t *testing.T, ctx context.Context, node string, args ...string) (string, error) {
+// inNode prefixes a command line with nsenter into node's mount, network,
+// UTS and IPC namespaces (its holder's PID is pids/ns.pid), where the node's
+// own mounts are, as hack/cluster/enter.sh does.
+func inNode(t *testing.T, node string, args ...string) []string {
 	t.Helper()
 	pid, err := os.ReadFile(filepath.Join(nodeDir(t, node), "pids", "ns.pid"))
 	if err != nil {
 		t.Fatalf("the namespaces of node %s: %v", node, err)
 	}
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strings.TrimSpace(string(pid)), "-m", "-n", "--"}, args...)...)
-	out, err := cmd.CombinedOutput()
+	return append([]string{"nsenter", "-t", strings.TrimSpace(string(pid)), "-m", "-n", "-u", "-i", "--"}, args...)
+}
+
+// nodeExec runs a command in node's namespaces (inNode).
+func nodeExec(t *testing.T, ctx context.Context, node string, args ...string) (string, error) {
+	t.Helper()
+	argv := inNode(t, node, args...)
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 	return string(out), err
 }

@@ -55,11 +55,7 @@ func stopKubeletOn(t *testing.T, ctx context.Context, node string) *kubelet {
 		t.Fatalf("PID %d of %s runs %q, not the kubelet", pid, k.pidFile, k.args)
 	}
 	// Started again in the node's namespaces, where its paths resolve.
-	ns, err := os.ReadFile(filepath.Join(dir, "pids", "ns.pid"))
-	if err != nil {
-		t.Fatalf("the namespaces of node %s: %v", node, err)
-	}
-	k.args = append([]string{"nsenter", "-t", strings.TrimSpace(string(ns)), "-m", "-n", "-u", "-i", "--"}, k.args...)
+	k.args = inNode(t, node, k.args...)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("stop the kubelet (PID %d): %v", pid, err)
 	}
