@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		}
 		goRun("webhook certificates", source.Run)
 		mux := http.NewServeMux()
-		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m))
+		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m, cfg.Webhook.QuotaResourceNames...))
 		mux.Handle(webhookProbePath, webhookProbeHandler)
 		srv := &http.Server{
 			Handler:   withLogger(mux, logger.WithName("webhook")),
