@@ -22,6 +22,7 @@ case ${1:-} in
 esac
 export GDD_STATE_DIR
 
+forward=$(sysctl -n net.ipv4.ip_forward) # up.sh may turn it on; down.sh must restore it
 ./up.sh --no-build --nodes 2 >/dev/null 2>&1 &
 up=$!
 first=$GDD_NODES_DIR/$(gdd_node_name 0)/pids/kubelet.pid
@@ -35,3 +36,5 @@ kill -KILL "$up"
 wait "$up" 2>/dev/null || true
 gdd_log "killed up.sh (pid $up) after $(gdd_node_name 0)'s kubelet started"
 ./down.sh --state-dir "$GDD_STATE_DIR" --quiet --check
+[[ $(sysctl -n net.ipv4.ip_forward) == "$forward" ]] ||
+	gdd_die "down.sh left net.ipv4.ip_forward at $(sysctl -n net.ipv4.ip_forward); it was $forward before up.sh"

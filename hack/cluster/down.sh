@@ -139,6 +139,10 @@ main() {
 	if ip link show "$GDD_HOST_BRIDGE" >/dev/null 2>&1; then
 		ip link delete "$GDD_HOST_BRIDGE" && say "deleted bridge $GDD_HOST_BRIDGE"
 	fi
+	if [[ -f $GDD_STATE_DIR/ip_forward.restore ]]; then
+		sysctl -qw net.ipv4.ip_forward="$(cat "$GDD_STATE_DIR/ip_forward.restore")" && say "set net.ipv4.ip_forward back to $(sysctl -n net.ipv4.ip_forward)"
+		rm -f "$GDD_STATE_DIR/ip_forward.restore"
+	fi
 	local f
 	for f in /var/run/cdi/"$GDD_CDI_PREFIX"*; do
 		[[ -e $f ]] || continue

@@ -239,7 +239,14 @@ host_network() {
 	ip addr add "$GDD_HOST_IP/24" dev "$GDD_HOST_BRIDGE"
 	ip link set "$GDD_HOST_BRIDGE" up
 	sysctl -qw "net.ipv4.conf.$GDD_HOST_BRIDGE.route_localnet=1"
-	[[ $(sysctl -n net.ipv4.ip_forward) == 1 ]] || gdd_die "net.ipv4.ip_forward is 0: pods on different nodes need the host to route (sysctl -w net.ipv4.ip_forward=1)"
+	# Pods on different nodes need the host to route between the nodes' subnets.
+	# A fresh machine may have forwarding off: turn it on and leave a note for
+	# down.sh, which turns it off again.
+	if [[ $(sysctl -n net.ipv4.ip_forward) != 1 ]]; then
+		echo 0 >"$GDD_STATE_DIR/ip_forward.restore"
+		sysctl -qw net.ipv4.ip_forward=1
+		gdd_log "net.ipv4.ip_forward was 0: set to 1 while the cluster runs (down.sh sets it back)"
+	fi
 	while IFS= read -r rule; do
 		# shellcheck disable=SC2086
 		iptables -t nat -C $rule 2>/dev/null || iptables -t nat -A $rule
