@@ -56,9 +56,10 @@ if [[ -n $reason ]]; then
 	gdd_log "Volcano skipped: $reason"
 	exit 3
 fi
-[[ -f $state/kubeconfig && -d $pids ]] || gdd_die "no local cluster in $state (start it with hack/cluster/up.sh)"
-export KUBECONFIG=$state/kubeconfig
-command -v kubectl >/dev/null || PATH=$(hack/cluster/build.sh --print-bin-dir):$PATH
+[[ -f $state/env && -d $pids ]] || gdd_die "no local cluster in $state (start it with hack/cluster/up.sh)"
+# KUBECONFIG and the cluster's PATH (kubectl).
+# shellcheck disable=SC1091
+source "$state/env"
 
 # Unpack once, after checking every file against the build's SHA256SUMS.
 cache=$(gdd_volcano_cache)

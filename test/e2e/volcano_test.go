@@ -288,3 +288,79 @@ func TestVolcanoQueueQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestVolcanoTwoSchedulers: kube-scheduler and vc-scheduler each keep their
+// in-flight DRA allocations in memory, so both may give the last free GPU of
+// a node to a claim at the same moment. Rounds of two pods created at once
+// (one per scheduler) for one free GPU: never do both run, and a pod whose
+// claim got a GPU that the other already holds does not hang silently: the
+// plugin refuses its prepare and the kubelet reports why on the pod.
+func TestVolcanoTwoSchedulers(t *testing.T) {
+	needVolcano(t)
+	ctx := testContext(t)
+	per := len(nodeDevicesOfType(t, ctx, env.node, "gpu"))
+	ns := newNamespace(t, ctx, "e2e-volcano-two")
+	blockGPUs(t, ctx, ns, env.node, per-1)
+	claimTemplate(t, ctx, ns, "one", resourceapi.ExactDeviceRequest{DeviceClassName: driverName})
+	raced := 0
+	for round := range 5 {
+		names := []string{fmt.Sprintf("default-%d", round), fmt.Sprintf("volcano-%d", round)}
+		pods := []*corev1.Pod{onNodes(newClaimPod(ns, names[0], "one"), env.node), onNodes(newClaimPod(ns, names[1], "one"), env.node)}
+		pods[1].Spec.SchedulerName = "volcano"
+		done := make(chan error, 2)
+		for _, p := range pods {
+			go func() {
+				_, err := env.cluster.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+				done <- err
+			}()
+		}
+		for range pods {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Settle: one runs; the other is Pending, or bound and refused at prepare.
+		var running, refused []string
+		err := poll(ctx, func(ctx context.Context) (bool, error) {
+			running, refused = nil, nil
+			bound := 0
+			for _, n := range names {
+				p, err := env.cluster.Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				if p.Spec.NodeName != "" {
+					bound++
+				}
+				if p.Status.Phase == corev1.PodRunning {
+					running = append(running, n)
+					continue
+				}
+				evs, _ := env.runner.PodEvents(ctx, ns, n)
+				for _, e := range evs {
+					if strings.Contains(e, "already prepared for claim") {
+						refused = append(refused, n+": "+e)
+						break
+					}
+				}
+			}
+			return len(running) == 1 && (bound == 1 || len(refused) == 1) || len(running) == 2, nil
+		})
+		if err != nil {
+			t.Fatalf("round %d: running %v, refused %v: neither settled", round, running, refused)
+		}
+		if len(running) == 2 {
+			t.Fatalf("round %d: both pods run on one free GPU", round)
+		}
+		if len(refused) > 0 {
+			raced++
+			t.Logf("round %d: both schedulers gave out the same GPU; %s runs, the plugin refused the other: %s", round, running[0], refused[0])
+		} else {
+			t.Logf("round %d: %s runs, the other waits in its scheduler", round, running[0])
+		}
+		for _, n := range names {
+			deletePod(t, ctx, ns, n)
+		}
+	}
+	t.Logf("%d of 5 rounds raced (both schedulers allocated the same GPU); operators keep the two schedulers on separate node pools (docs/volcano.md)", raced)
+}
