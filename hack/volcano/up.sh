@@ -65,8 +65,10 @@ source "$state/env"
 cache=$(gdd_volcano_cache)
 if [[ ! -f $cache/.done ]]; then
 	mkdir -p "$cache/bin" "$cache/crd"
-	(cd "$GDD_VOLCANO_SRC" && grep -E " (${GDD_VOLCANO_BINARIES[*]// /|})\.gz$" SHA256SUMS | sha256sum --quiet -c -) ||
-		gdd_die "Volcano binaries in $GDD_VOLCANO_SRC do not match its SHA256SUMS"
+	for b in "${GDD_VOLCANO_BINARIES[@]}"; do
+		(cd "$GDD_VOLCANO_SRC" && grep -E "^[0-9a-f]{64}  $b\.gz$" SHA256SUMS | sha256sum --quiet --strict -c -) ||
+			gdd_die "$GDD_VOLCANO_SRC/$b.gz does not match its line in SHA256SUMS"
+	done
 	for b in "${GDD_VOLCANO_BINARIES[@]}"; do
 		gunzip -c "$GDD_VOLCANO_SRC/$b.gz" >"$cache/bin/$b.tmp"
 		chmod +x "$cache/bin/$b.tmp" && mv -f "$cache/bin/$b.tmp" "$cache/bin/$b"
