@@ -59,6 +59,9 @@ type Machine struct {
 	faults      []*injectedError
 	eventSets   map[*mock.EventSet]*eventSet
 	driverRoots []string
+	// sysfsRoots are the sysfs trees written so far (WriteSysfs), whose driver links the
+	// simulated kernel keeps current (pcibind.go).
+	sysfsRoots []string
 	// withheldNodes, when set, names the device nodes kept out of the driver roots
 	// (WithholdDeviceNodes).
 	withheldNodes func(name string) bool
@@ -175,7 +178,9 @@ func (m *Machine) newInterface() *mock.Interface {
 	}
 	iface.SystemGetCudaDriverVersion_v2Func = iface.SystemGetCudaDriverVersionFunc
 	iface.DeviceGetCountFunc = func() (int, nvml.Return) {
-		return len(m.gpus), m.initialized()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.nvmlGPUs()), m.checkInit()
 	}
 	iface.GetExcludedDeviceCountFunc = func() (int, nvml.Return) { return 0, m.initialized() }
 	iface.DeviceGetHandleByIndexFunc = m.deviceByIndex
@@ -222,8 +227,12 @@ func (m *Machine) lookup(f func() (nvml.Device, nvml.Return)) (nvml.Device, nvml
 	return f()
 }
 
-// found returns g's handle, failing like NVML for a GPU that fell off the bus.
+// found returns g's handle, failing like NVML for a GPU that fell off the bus or that is not
+// bound to the nvidia driver.
 func found(g *gpu) (nvml.Device, nvml.Return) {
+	if !g.inNVML() {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 	if g.lost {
 		return nil, nvml.ERROR_GPU_IS_LOST
 	}
@@ -235,10 +244,11 @@ func (m *Machine) deviceByIndex(index int) (nvml.Device, nvml.Return) {
 		if ret, fail := m.consumeFault("DeviceGetHandleByIndex", index); fail {
 			return nil, ret
 		}
-		if index < 0 || index >= len(m.gpus) {
+		gpus := m.nvmlGPUs()
+		if index < 0 || index >= len(gpus) {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
 		}
-		return found(m.gpus[index])
+		return found(gpus[index])
 	})
 }
 
@@ -251,6 +261,9 @@ func (m *Machine) deviceByUUID(uuid string) (nvml.Device, nvml.Return) {
 			}
 			for _, ci := range g.computeInstances() {
 				if ci.uuid == uuid {
+					if !g.inNVML() {
+						return nil, nvml.ERROR_NOT_FOUND
+					}
 					if g.lost {
 						return nil, nvml.ERROR_GPU_IS_LOST
 					}

@@ -3,12 +3,9 @@ package prepare
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -76,31 +73,15 @@ func (d *Engine) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error
 // the intent for the next start and does not stop this one.
 func (d *Engine) destroyLeakedMIG(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	files, err := os.ReadDir(d.migIntentDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	if err != nil {
-		logger.Error(err, "Cannot list MIG intents; leaked MIG instances, if any, stay")
-		return
-	}
-	for _, f := range files {
-		if !f.Type().IsRegular() || !strings.HasSuffix(f.Name(), ".json") {
-			continue
-		}
-		path := filepath.Join(d.migIntentDir(), f.Name())
+	forEachIntent(ctx, d.migIntentDir(), "MIG", func(path string, data []byte) {
 		var intent migIntent
-		data, err := os.ReadFile(path)
-		if err == nil {
-			err = json.Unmarshal(data, &intent)
-		}
-		if err != nil {
+		if err := json.Unmarshal(data, &intent); err != nil {
 			// Written atomically, so never half-written: not ours.
 			logger.Error(err, "Ignoring unreadable MIG intent", "path", path)
-			continue
+			return
 		}
 		if d.accountsForMIG(intent) {
-			continue
+			return
 		}
 		m := intent.MIG
 		if !d.migHeldByAnyone(&m) {
@@ -111,14 +92,14 @@ func (d *Engine) destroyLeakedMIG(ctx context.Context) {
 				if d.opts.Metrics != nil {
 					d.opts.Metrics.ObserveError(operationRecover, reasonMIGLeak)
 				}
-				continue
+				return
 			}
 			d.fault(FaultRecoverLeakedMIGDestroyed)
 		}
 		if err := atomicfile.Remove(path); err != nil {
 			logger.Error(err, "Cannot remove MIG intent", "path", path)
 		}
-	}
+	})
 }
 
 // accountsForMIG reports whether the intent's claim entry holds its
