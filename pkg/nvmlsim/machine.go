@@ -141,6 +141,19 @@ func (m *Machine) GPUUUID(index int) string {
 	return m.gpus[index].uuid
 }
 
+// GPUIndex returns the machine index of the GPU with uuid (as GPUUUID, SetTimeslice and the other
+// machine-level calls take it), or -1 if there is no such GPU. Unlike an NVML index it does not
+// change while another GPU is bound to vfio-pci and absent from NVML, so simulation state that
+// code under test addresses must be found by UUID through it, never by NVML index.
+func (m *Machine) GPUIndex(uuid string) int {
+	for i, g := range m.gpus {
+		if g.uuid == uuid {
+			return i
+		}
+	}
+	return -1
+}
+
 // checkInit returns nvml.ERROR_UNINITIALIZED unless NVML is initialized. m.mu must be held.
 func (m *Machine) checkInit() nvml.Return {
 	if m.initCount == 0 {

@@ -131,6 +131,15 @@ func TestSysfsBindingMovesGPUOutOfNVML(t *testing.T) {
 			t.Errorf("GetIndex of index %d = %d", i, got)
 		}
 	}
+	// Machine indexes do not shift: state the simulation keeps per GPU is found by UUID.
+	for i := range m.GPUCount() {
+		if got := m.GPUIndex(m.GPUUUID(i)); got != i {
+			t.Errorf("GPUIndex of GPU %d's UUID = %d with GPU %d on vfio-pci", i, got, moved)
+		}
+	}
+	if got := m.GPUIndex("GPU-unknown"); got != -1 {
+		t.Errorf("GPUIndex of an unknown UUID = %d, want -1", got)
+	}
 	if _, ret := m.DeviceGetHandleByUUID(uuid); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("DeviceGetHandleByUUID of the GPU on vfio-pci: %v, want ERROR_NOT_FOUND", ret)
 	}
