@@ -13,8 +13,9 @@ import (
 // plugin helper writes (KEP-5304, when the plugin enables it): the
 // attributes the device is published with (UUID, PCI address, NUMA node,
 // PCIe root, product, ...) and what only prepare knows, a dynamic MIG
-// device's UUID (its GPU's is parentUUID). A device not published at this
-// start (its GPU lost) gets what its record knows.
+// device's UUID (its GPU's is parentUUID), a passthrough device's VFIO
+// group device (vfioDevice, /dev/vfio/<group>). A device not published at
+// this start (its GPU lost) gets what its record knows.
 func (d *Engine) deviceMetadata(pd checkpoint.PreparedDevice) *kubeletplugin.DeviceMetadata {
 	attrs := map[string]resourceapi.DeviceAttribute{}
 	if pub, ok := d.devices[pd.Device]; ok {
@@ -34,6 +35,14 @@ func (d *Engine) deviceMetadata(pd checkpoint.PreparedDevice) *kubeletplugin.Dev
 	}
 	if pd.VFIOPCIBusID != "" {
 		attrs[vocabulary.AttrPCIBusID] = str(pd.VFIOPCIBusID)
+		if d.opts.Passthrough != nil {
+			// The first node is the group's (handler_vfio.go gives the
+			// same nodes to the containers); without it the launcher
+			// still finds the group from the PCI address in sysfs.
+			if nodes, err := d.opts.Passthrough.DeviceNodes(pd.VFIOPCIBusID); err == nil && len(nodes) > 0 {
+				attrs[vocabulary.AttrVFIODevice] = str(nodes[0])
+			}
+		}
 	}
 	if _, ok := attrs[vocabulary.AttrType]; !ok && pd.Kind != "" {
 		attrs[vocabulary.AttrType] = str(string(pd.Kind))

@@ -2,6 +2,7 @@ package prepare
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -44,6 +45,12 @@ func TestDeviceMetadata(t *testing.T) {
 		{vfioDevice, 2, func(t *testing.T, attrs map[string]resourceapi.DeviceAttribute) {
 			if got := str(attrs[vocabulary.AttrType]); got != string(vocabulary.KindVFIO) {
 				t.Errorf("type %q, want vfio", got)
+			}
+			if got, want := str(attrs[vocabulary.AttrVFIODevice]), fmt.Sprintf("/dev/vfio/%d", node.Machine.IOMMUGroup(2)); got != want {
+				t.Errorf("vfioDevice %q, want %s", got, want)
+			}
+			if got := str(attrs[vocabulary.AttrUUID]); got != node.GPUs[2].UUID {
+				t.Errorf("uuid %q, want %s", got, node.GPUs[2].UUID)
 			}
 		}},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,30 +14,52 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
+	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 )
 
 // With --device-metadata the kubelet plugin helper gives each prepared device's containers its
 // metadata file (KEP-5304), and the file names the device's UUID (a MIG device's own), PCI
 // address and NUMA node.
+// A passthrough device's file names its VFIO group device too, and the
+// containers get that device.
 func TestDeviceMetadataFile(t *testing.T) {
 	ctx := context.Background()
-	dirs, node, claims, _ := setupClaims(t,
+	// Passthrough devices are published only by the device policy.
+	policyFile := filepath.Join(t.TempDir(), "device-policy.yaml")
+	if err := os.WriteFile(policyFile, []byte("default: {passthrough: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policy, err := devicemodel.LoadPolicy(policyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, node, claims := setupPolicyClaims(t, policy,
 		at.Claim("whole", at.Exactly("gpu", driverName, 1)),
 		at.Claim("mig", at.Exactly("mig", "mig."+driverName, 1, at.Profile("1g.10gb"))),
-		at.Claim("ts", at.Exactly("ts", "timeslice."+driverName, 1)))
+		at.Claim("ts", at.Exactly("ts", "timeslice."+driverName, 1)),
+		at.Claim("vm", at.Exactly("vm", "vfio."+driverName, 1)))
+	names := []string{"whole", "mig", "ts", "vm"}
 	cfg := dirs.Config(machine, nodeName)
 	cfg.DeviceMetadata = true
-	cfg.KubeClient = apiserver.NodeClient(nodeName, claims["whole"], claims["mig"], claims["ts"])
+	cfg.DevicePolicyFile = policyFile
+	var all []*resourceapi.ResourceClaim
+	for _, name := range names {
+		all = append(all, claims[name])
+	}
+	cfg.KubeClient = apiserver.NodeClient(nodeName, all...)
 	p, err := inprocess.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Stop() }()
 
-	for _, name := range []string{"whole", "mig", "ts"} {
+	for _, name := range names {
 		claim := claims[name]
 		ids, err := p.Kubelet.PrepareOne(ctx, claim)
 		if err != nil {
@@ -79,7 +102,39 @@ func TestDeviceMetadataFile(t *testing.T) {
 		case name != "mig" && *uuid != g.UUID:
 			t.Errorf("%s: uuid %s, want %s", name, *uuid, g.UUID)
 		}
+		vfio := attrs["vfioDevice"].StringValue
+		if name != "vm" {
+			if vfio != nil {
+				t.Errorf("%s: vfioDevice %s on a device that is not passed through", name, *vfio)
+			}
+			continue
+		}
+		if vfio == nil || !strings.HasPrefix(*vfio, "/dev/vfio/") {
+			t.Fatalf("vm: vfioDevice %v, want /dev/vfio/<group>", vfio)
+		}
+		if !slices.ContainsFunc(spec.Linux.Devices, func(d oci.LinuxDevice) bool { return d.Path == *vfio }) {
+			t.Errorf("vm: the containers do not get %s, the device the metadata names", *vfio)
+		}
 	}
+}
+
+// setupPolicyClaims allocates the claims on the node's devices as policy
+// publishes them.
+func setupPolicyClaims(t *testing.T, policy devicemodel.Policy, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim) {
+	t.Helper()
+	dirs, err := pluginrun.NewDirs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := simnode.New(t, machine, nodeName)
+	node.Resources = devicemodel.Build(node.GPUs, devicemodel.Options{NodeName: nodeName, Policy: policy})
+	c := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for _, u := range unallocated {
+		claim := c.MustAllocate(t, nodeName, u)[0]
+		claims[claim.Name] = claim
+	}
+	return dirs, node, claims
 }
 
 // readMetadata returns the attributes of the first device in the first object of a metadata
