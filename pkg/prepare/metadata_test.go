@@ -65,6 +65,10 @@ func TestDeviceMetadata(t *testing.T) {
 				t.Fatalf("devices %+v, want one with metadata", devs)
 			}
 			attrs := devs[0].Metadata.Attributes
+			// The metadata API takes at most 32 attributes a device.
+			if len(attrs) > 32 {
+				t.Errorf("%d attributes, the metadata API takes 32", len(attrs))
+			}
 			g := node.GPUs[tc.gpu]
 			if got := str(attrs[vocabulary.AttrPCIBusID]); got != g.PCIBusID {
 				t.Errorf("pciBusID %q, want %s", got, g.PCIBusID)
