@@ -2,13 +2,17 @@ package prepare
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/atomicfile"
 )
 
 // Intent files record, beside the checkpoint, work that outlives a crash
@@ -40,4 +44,28 @@ func forEachIntent(ctx context.Context, dir, what string, fn func(path string, d
 		}
 		fn(path, data)
 	}
+}
+
+// writeIntent durably writes intent, as JSON, to path in dir before the
+// work on device starts; what names the intents in errors.
+func writeIntent(dir, path, what, device string, intent any) error {
+	data, err := json.Marshal(intent)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("device %s: record %s intent: %w", device, what, err)
+	}
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("device %s: record %s intent: %w", device, what, err)
+	}
+	return nil
+}
+
+// removeIntent removes the intent at path once its work is undone.
+func removeIntent(path, what string) error {
+	if err := atomicfile.Remove(path); err != nil {
+		return fmt.Errorf("remove %s intent: %w", what, err)
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -45,25 +44,13 @@ func (d *Engine) migIntentPath(uid types.UID, m *checkpoint.MigInstance) string 
 // recordMIGIntent durably records that the driver is about to create the
 // MIG instance of pd for the claim.
 func (d *Engine) recordMIGIntent(entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
-	data, err := json.Marshal(migIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, MIG: *pd.MIG})
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(d.migIntentDir(), 0o750); err != nil {
-		return fmt.Errorf("device %s: record MIG intent: %w", pd.Device, err)
-	}
-	if err := atomicfile.WriteFile(d.migIntentPath(entry.UID, pd.MIG), data, 0o600); err != nil {
-		return fmt.Errorf("device %s: record MIG intent: %w", pd.Device, err)
-	}
-	return nil
+	return writeIntent(d.migIntentDir(), d.migIntentPath(entry.UID, pd.MIG), "MIG", pd.Device,
+		migIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, MIG: *pd.MIG})
 }
 
 // forgetMIGIntent removes the intent of an instance that is destroyed.
 func (d *Engine) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error {
-	if err := atomicfile.Remove(d.migIntentPath(uid, m)); err != nil {
-		return fmt.Errorf("remove MIG intent: %w", err)
-	}
-	return nil
+	return removeIntent(d.migIntentPath(uid, m), "MIG")
 }
 
 // destroyLeakedMIG destroys the instances of intents that no checkpoint

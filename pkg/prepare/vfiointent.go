@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -43,25 +42,13 @@ func (d *Engine) vfioIntentPath(uid types.UID, pciBusID string) string {
 // recordVFIOIntent durably records that the driver is about to bind pd's
 // GPU to vfio-pci for the claim.
 func (d *Engine) recordVFIOIntent(entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
-	data, err := json.Marshal(vfioIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, PCIBusID: pd.VFIOPCIBusID})
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(d.vfioIntentDir(), 0o750); err != nil {
-		return fmt.Errorf("device %s: record passthrough intent: %w", pd.Device, err)
-	}
-	if err := atomicfile.WriteFile(d.vfioIntentPath(entry.UID, pd.VFIOPCIBusID), data, 0o600); err != nil {
-		return fmt.Errorf("device %s: record passthrough intent: %w", pd.Device, err)
-	}
-	return nil
+	return writeIntent(d.vfioIntentDir(), d.vfioIntentPath(entry.UID, pd.VFIOPCIBusID), "passthrough", pd.Device,
+		vfioIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, PCIBusID: pd.VFIOPCIBusID})
 }
 
 // forgetVFIOIntent removes the intent of a GPU back on nvidia.
 func (d *Engine) forgetVFIOIntent(uid types.UID, pciBusID string) error {
-	if err := atomicfile.Remove(d.vfioIntentPath(uid, pciBusID)); err != nil {
-		return fmt.Errorf("remove passthrough intent: %w", err)
-	}
-	return nil
+	return removeIntent(d.vfioIntentPath(uid, pciBusID), "passthrough")
 }
 
 // giveBackLeakedVFIO binds the GPUs of intents no checkpoint entry

@@ -14,11 +14,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
-	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
-	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 )
@@ -39,7 +36,7 @@ func TestDeviceMetadataFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs, node, claims := setupPolicyClaims(t, policy,
+	dirs, node, claims := allocateClaims(t, driverName, &policy,
 		at.Claim("whole", at.Exactly("gpu", driverName, 1)),
 		at.Claim("mig", at.Exactly("mig", "mig."+driverName, 1, at.Profile("1g.10gb"))),
 		at.Claim("ts", at.Exactly("ts", "timeslice."+driverName, 1)),
@@ -116,25 +113,6 @@ func TestDeviceMetadataFile(t *testing.T) {
 			t.Errorf("vm: the containers do not get %s, the device the metadata names", *vfio)
 		}
 	}
-}
-
-// setupPolicyClaims allocates the claims on the node's devices as policy
-// publishes them.
-func setupPolicyClaims(t *testing.T, policy devicemodel.Policy, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim) {
-	t.Helper()
-	dirs, err := pluginrun.NewDirs(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := simnode.New(t, machine, nodeName)
-	node.Resources = devicemodel.Build(node.GPUs, devicemodel.Options{NodeName: nodeName, Policy: policy})
-	c := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
-	claims := map[string]*resourceapi.ResourceClaim{}
-	for _, u := range unallocated {
-		claim := c.MustAllocate(t, nodeName, u)[0]
-		claims[claim.Name] = claim
-	}
-	return dirs, node, claims
 }
 
 // readMetadata returns the attributes of the first device in the first object of a metadata
