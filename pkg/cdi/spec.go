@@ -176,11 +176,16 @@ func (b *specBuilder) build(claim ClaimInfo, devices []ClaimDevice) (*cdispec.Sp
 		}
 	}
 
-	common, err := b.commonEdits(uuids)
-	if err != nil {
-		return nil, nil, fmt.Errorf("claim %s: %w", claim.UID, err)
+	// A claim of passthrough devices only is for a VM launcher: the GPU is
+	// on vfio-pci, so the host driver's control nodes and libraries are of
+	// no use to it and are not given.
+	if slices.ContainsFunc(devices, func(d ClaimDevice) bool { return d.Kind != vocabulary.KindVFIO }) {
+		common, err := b.commonEdits(uuids)
+		if err != nil {
+			return nil, nil, fmt.Errorf("claim %s: %w", claim.UID, err)
+		}
+		spec.ContainerEdits = common
 	}
-	spec.ContainerEdits = common
 
 	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/testfs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const testClaimUID = types.UID("4b0c2b8e-6d1f-4c3a-9e57-0f1d2c3b4a59")
@@ -175,6 +176,43 @@ func TestWriteClaimSpecAndInject(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A claim of passthrough devices gets its VFIO nodes and nothing of the host
+// driver (its GPU is on vfio-pci); beside another kind of device it gets the
+// driver as any claim.
+func TestWriteClaimSpecPassthrough(t *testing.T) {
+	ctx := context.Background()
+	vfio := ClaimDevice{
+		Name:         "gpu-2-vfio",
+		DeviceRecord: DeviceRecord{Request: "vm", Pool: "node-a", Device: "gpu-2-vfio", Kind: vocabulary.KindVFIO},
+		DeviceNodes:  []string{"/dev/vfio/7", "/dev/vfio/vfio"},
+	}
+	for _, tc := range []struct {
+		name        string
+		devices     []ClaimDevice
+		wantDevices []string
+		wantMounts  bool
+	}{
+		{"passthrough only", []ClaimDevice{vfio}, []string{"/dev/vfio/7", "/dev/vfio/vfio"}, false},
+		{"beside a GPU", []ClaimDevice{vfio, testDevices()[0]},
+			[]string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl", "/dev/vfio/7", "/dev/vfio/vfio"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, specDir, w := setup(t)
+			r.device("/dev/vfio/7")
+			r.device("/dev/vfio/vfio")
+			ids, err := w.WriteClaimSpec(ctx, testClaim, tc.devices)
+			if err != nil {
+				t.Fatalf("WriteClaimSpec: %v", err)
+			}
+			spec := inject(t, specDir, ids...)
+			assertDevices(t, spec, tc.wantDevices...)
+			if got := len(spec.Mounts) > 0; got != tc.wantMounts {
+				t.Errorf("driver mounts given: %v, want %v (%d mounts)", got, tc.wantMounts, len(spec.Mounts))
+			}
+		})
+	}
 }
 
 func TestWriteClaimSpecRewrite(t *testing.T) {

@@ -109,6 +109,10 @@ type PreparedDevice struct {
 	MIG *MigInstance `json:"mig,omitempty"`
 	// Sharing describes how the device is shared, if it is.
 	Sharing *Sharing `json:"sharing,omitempty"`
+	// VFIOPCIBusID is the PCI device of a vocabulary.KindVFIO device,
+	// recorded before it is bound to vfio-pci: the binding intent a
+	// restart follows to give the GPU back to nvidia.
+	VFIOPCIBusID string `json:"vfioPCIBusID,omitempty"`
 	// Unknown are fields of a newer release, kept as they are.
 	Unknown Unknown `json:"-"`
 }

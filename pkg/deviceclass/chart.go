@@ -57,10 +57,12 @@ func HelmTemplate() []byte {
 `, vocabulary.ResourceMIGPrefix)
 	for _, c := range Classes {
 		writeClass(&b, c.helmName(), c.Description, c.Selector(helmDriver), ".")
-		fmt.Fprintf(&b, `  {{- with %s }}
+		if v := extendedValues[c.DeviceType]; v != "" { // a VM's device is no container's extended resource
+			fmt.Fprintf(&b, `  {{- with %s }}
   extendedResourceName: {{ . | quote }}
   {{- end }}
-`, extendedValues[c.DeviceType])
+`, v)
+		}
 	}
 	fmt.Fprintf(&b, `{{- range $profile := $profiles }}
 {{- $suffix := replace "+" "." $profile }}

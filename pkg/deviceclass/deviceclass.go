@@ -32,6 +32,7 @@ var Classes = []Class{
 	{Prefix: "mig", DeviceType: vocabulary.KindMIG, Description: "A MIG device: a hardware partition of a GPU with its own memory and compute.", NVIDIAName: "mig.nvidia.com"},
 	{Prefix: "timeslice", DeviceType: vocabulary.KindTimeSlice, Description: "A time-sliced share of a GPU; request capacity shares, compute (percent) and memory."},
 	{Prefix: "mps", DeviceType: vocabulary.KindMPS, Description: "An MPS share of a GPU with enforced compute (percent) and memory limits."},
+	{Prefix: "vfio", DeviceType: vocabulary.KindVFIO, Description: "A whole GPU bound to vfio-pci for a virtual machine (KubeVirt, Kata); published where the device policy enables passthrough."},
 }
 
 // Name is the class's object name for a driver: <prefix>.<driver>, the

@@ -41,6 +41,11 @@ type GPUPolicy struct {
 	// TimeSlicing and MPS publish a shareable device per strategy.
 	TimeSlicing *SharePolicy `json:"timeSlicing,omitempty"`
 	MPS         *SharePolicy `json:"mps,omitempty"`
+	// Passthrough publishes the GPU for a virtual machine too: a device
+	// of type vfio that, when prepared, takes the GPU from the host's
+	// nvidia driver and binds it to vfio-pci. Off unless set: a guest
+	// gets the whole PCI function, firmware included (docs/security.md).
+	Passthrough *bool `json:"passthrough,omitempty"`
 }
 
 // SharePolicy configures the shares of one strategy.
@@ -135,6 +140,7 @@ type resolved struct {
 	migProfiles []string // nil: all
 	timeSlicing int      // max shares; 0 = not published
 	mps         int
+	passthrough bool
 }
 
 // forGPU merges the defaults with the GPU's override.
@@ -149,6 +155,9 @@ func (p Policy) forGPU(g *discovery.GPU) resolved {
 		}
 		if o.MIGProfiles != nil {
 			r.migProfiles = o.MIGProfiles
+		}
+		if o.Passthrough != nil {
+			r.passthrough = *o.Passthrough
 		}
 		r.timeSlicing = applyShare(r.timeSlicing, o.TimeSlicing)
 		r.mps = applyShare(r.mps, o.MPS)

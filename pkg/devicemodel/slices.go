@@ -68,6 +68,9 @@ func Model(gpus []discovery.GPU, opts Options) ([]Published, []resourceapi.Count
 		if policy.mps > 0 && !opts.NoMPS {
 			devices = append(devices, Published{Device: ShareDevice(g, vocabulary.KindMPS, policy.mps), Kind: vocabulary.KindMPS, GPU: g})
 		}
+		if policy.passthrough {
+			devices = append(devices, Published{Device: VFIODevice(g), Kind: vocabulary.KindVFIO, GPU: g})
+		}
 		if g.MIG != nil && policy.mig == MIGDynamic {
 			devices = append(devices, dynamicMIGDevices(g, policy.migProfiles)...)
 		}

@@ -19,6 +19,11 @@ type Options struct {
 	// SysfsRoot is where the kernel's sysfs is mounted ("/sys" when empty).
 	// Tests and the simulation point it at a generated tree.
 	SysfsRoot string
+	// InventoryFile, if set, is read for the GPUs bound to vfio-pci, which
+	// NVML does not see (inventory.go); with WriteInventory, the GPUs
+	// discovered are recorded there.
+	InventoryFile  string
+	WriteInventory bool
 }
 
 // Discover lists the GPUs behind lib, ordered by minor number. NVML must be
@@ -78,6 +83,14 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]GPU, err
 	assignNVLinkDomains(gpus, links)
 
 	sort.Slice(gpus, func(a, b int) bool { return gpus[a].Minor < gpus[b].Minor })
+	if opts.InventoryFile != "" {
+		gpus = addPassedThrough(ctx, gpus, opts.InventoryFile, sysfsRoot)
+		if opts.WriteInventory {
+			if err := writeInventory(opts.InventoryFile, gpus); err != nil {
+				return nil, err
+			}
+		}
+	}
 	logger.V(2).Info("Discovered GPUs", "count", len(gpus), "driverVersion", driverVersion)
 	return gpus, nil
 }

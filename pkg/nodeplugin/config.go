@@ -31,6 +31,9 @@ import (
 type Config struct {
 	DriverName string
 	NodeName   string
+	// DeviceMetadata enables the kubelet plugin helper's device metadata
+	// files (KEP-5304) for every prepared device.
+	DeviceMetadata bool
 
 	// The API client's --kubeconfig, --kube-api-qps and --kube-api-burst.
 	kubeclient.Options
@@ -203,6 +206,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "The kubelet's PodResources socket: a stale claim a container the kubelet lists still uses is not released, nor is one when the socket cannot be read (docs/operations.md, Stale claims). Empty: the kubelet is not asked.")
 	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks and the engine is not stalled (--engine-stall-bound) (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
 	fs.StringVar(&c.SimulateNodeMachines, "simulate-node-machines", "", "For demos and tests only, with --simulate: NODE=MACHINE,... simulates MACHINE instead of --simulate's on the node named NODE (a mixed fleet from one DaemonSet).")
+	fs.BoolVar(&c.DeviceMetadata, "device-metadata", true, "Give every prepared device's containers its metadata (KEP-5304, beta in Kubernetes 1.37): the kubelet plugin helper writes /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.dra.dev-metadata.json (resourceclaimtemplates/<pod claim name>/... for a claim from a template; the driver name is --driver-name's) with the device's UUID (a MIG device's own and its GPU's), PCI address, NUMA node and published attributes, and a CDI spec in --cdi-dir that mounts it (docs/cdi.md).")
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 

@@ -83,6 +83,11 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 			// Not fatal: a test's deep temporary driver root can exceed the
 			// 108 bytes of a unix socket path; the plugin works without
 			// simulated processes.
+			// The simulated kernel binds GPUs to vfio-pci and back
+			// when the plugin writes sysfs (passthrough devices).
+			if err := m.ServeSysfs(ctx, hw.sysfsRoot); err != nil {
+				return nil, fmt.Errorf("simulated sysfs: %w", err)
+			}
 			if err := m.ServeProcesses(ctx, filepath.Join(hw.driverRoot, nvmlsim.ProcessSocket)); err != nil {
 				logger.Error(err, "Simulated processes cannot register; NVML lists none")
 			} else {

@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mig"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/staleclaims"
@@ -29,6 +30,10 @@ import (
 
 // CheckpointFile is the checkpoint's name inside the plugin data directory.
 const CheckpointFile = "checkpoint.json"
+
+// InventoryFile, in the plugin data directory, keeps the GPUs the last
+// discovery found, for those a restart finds bound to vfio-pci.
+const InventoryFile = "gpus.json"
 
 // Run runs the plugin until ctx is canceled or a fatal error occurs.
 func Run(ctx context.Context, cfg *Config) error {
@@ -99,6 +104,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		CheckpointPath: checkpointPath,
 		Fatal:          cancel,
 		FaultHook:      hw.faultHook(cfg.FaultHook),
+		Passthrough:    passthrough.Host{Sysfs: passthrough.Sysfs{Root: hw.sysfsRoot}, NVML: hw.nvml},
 	}
 	if mps != nil { // a nil *MPSManager in the interface would not be nil
 		opts.MPS = mps
@@ -115,7 +121,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	// devices, nor measured.
 	node, err := discoverNode(ctx, hw, devicemodel.Options{
 		NodeName: cfg.NodeName, Policy: policy, OwnedMIG: drv.OwnsMIG, NoMPS: mps == nil,
-	})
+	}, discovery.Options{InventoryFile: filepath.Join(cfg.PluginDataDir, InventoryFile), WriteInventory: true})
 	if err != nil {
 		return err
 	}
@@ -211,7 +217,7 @@ func printSlices(ctx context.Context, cfg *Config) error {
 	node, err := discoverNode(ctx, hw, devicemodel.Options{
 		NodeName: cfg.NodeName, Policy: policy,
 		OwnedMIG: ownedMIG(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile)), NoMPS: mpsControl(cfg, hw) == "",
-	})
+	}, discovery.Options{InventoryFile: filepath.Join(cfg.PluginDataDir, InventoryFile)})
 	if err != nil {
 		return err
 	}
@@ -227,9 +233,11 @@ type node struct {
 
 // discoverNode discovers the GPUs and models the devices the node
 // publishes: the one entry point of Run and --print-slices, so what
-// --print-slices prints is what the plugin publishes.
-func discoverNode(ctx context.Context, hw *hardware, opts devicemodel.Options) (node, error) {
-	gpus, err := discovery.Discover(ctx, hw.nvml, discovery.Options{SysfsRoot: hw.sysfsRoot})
+// --print-slices prints is what the plugin publishes. dopts names the
+// inventory (the sysfs root is the hardware's).
+func discoverNode(ctx context.Context, hw *hardware, opts devicemodel.Options, dopts discovery.Options) (node, error) {
+	dopts.SysfsRoot = hw.sysfsRoot
+	gpus, err := discovery.Discover(ctx, hw.nvml, dopts)
 	if err != nil {
 		return node{}, fmt.Errorf("discover GPUs: %w", err)
 	}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -65,6 +67,12 @@ func (s *serving) start(ctx context.Context, cfg *Config, client kubernetes.Inte
 	)
 	if cfg.PodUID != "" { // calls after Drain go to the newer instance beside this one
 		s.gate.ForwardTo(&handover.SocketForwarder{Dir: cfg.PluginDataDir, Own: cfg.draSocketFile()})
+	}
+	if cfg.DeviceMetadata {
+		// v1beta1 is the newest version (1.37); consumers pick the first
+		// version they understand from the file's stream.
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(cfg.CDIDir))
 	}
 	helper, err := kubeletplugin.Start(helperCtx, s.gate, opts...)
 	if err != nil {

@@ -22,6 +22,9 @@ type gpu struct {
 	computeMode nvml.ComputeMode
 	timeslice   int
 	lost        bool
+	// driver is the PCI driver the GPU is bound to ("" while unbound): NVML sees the GPU only
+	// while it is DriverNVIDIA (pcibind.go).
+	driver string
 	// ECC error counters, raised by injected ECC events.
 	eccCorrected   uint64
 	eccUncorrected uint64
@@ -40,6 +43,7 @@ func (m *Machine) newGPU(index int) *gpu {
 		uuid:         gpuUUID(m.seed, m.spec.name, index),
 		serial:       boardSerial(m.seed, m.spec.name, index),
 		computeMode:  nvml.COMPUTEMODE_DEFAULT,
+		driver:       DriverNVIDIA,
 		gpuInstances: map[uint32]*gpuInstance{},
 	}
 	g.handle = g.newHandle()
@@ -96,6 +100,9 @@ func (m *Machine) checkDevice(index int, method string) (nvml.Return, bool) {
 	if ret := m.checkInit(); ret != nvml.SUCCESS {
 		return ret, true
 	}
+	if ret, fail := notInNVML(m.gpus[index]); fail {
+		return ret, true
+	}
 	if m.gpus[index].lost {
 		return nvml.ERROR_GPU_IS_LOST, true
 	}
@@ -126,7 +133,10 @@ func copyCString(dst []int8, s string) {
 func (g *gpu) newHandle() *mock.Device {
 	s := g.spec
 	d := &mock.Device{}
-	d.GetIndexFunc = func() (int, nvml.Return) { return g.index, nvml.SUCCESS }
+	d.GetIndexFunc = func() (index int, _ nvml.Return) {
+		g.locked(func() { index = g.nvmlIndex() })
+		return index, nvml.SUCCESS
+	}
 	d.GetMinorNumberFunc = func() (int, nvml.Return) { return g.index, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return g.uuid, nvml.SUCCESS }
 	d.GetSerialFunc = func() (string, nvml.Return) { return g.serial, nvml.SUCCESS }

@@ -26,7 +26,9 @@
 // Tests can inject failures (InjectError), deliver events such as XIDs (InjectEvent), mark a GPU
 // as fallen off the bus (SetGPULost), inspect MIG state (GpuInstances), and generate a sysfs tree
 // (WriteSysfs) and a driver root with device nodes, libraries and an nvidia-smi script
-// (WriteDriverRoot) so that containers really receive devices. Simulated processes (the load
+// (WriteDriverRoot) so that containers really receive devices. The sysfs tree has PCI driver
+// binding and IOMMU groups; ServeSysfs binds and unbinds GPUs when bind and unbind are written,
+// and a GPU bound to vfio-pci leaves NVML until it is bound to nvidia again (pcibind.go). Simulated processes (the load
 // program of pkg/nvmlsim/loadsim, through ServeProcesses, or RegisterProcess) make NVML list running
 // processes, MPS clients, per-process utilization samples and GPM metrics, and drive the
 // device-wide utilization and used memory (processes.go, gpm.go).

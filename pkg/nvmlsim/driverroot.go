@@ -163,6 +163,9 @@ func (m *Machine) syncDriverRoot(root string) error {
 	if err := m.writeNvidiaSMI(root); err != nil {
 		return err
 	}
+	if err := m.vfioNodes(root); err != nil {
+		return err
+	}
 	// The kernel's boot ID, which Reboot changes; replaced atomically, since the health monitor
 	// reads it while the plugin runs.
 	bootFile, bootID := filepath.Join(root, bootIDPath), m.bootIDLocked()+"\n"

@@ -59,6 +59,9 @@ type Machine struct {
 	faults      []*injectedError
 	eventSets   map[*mock.EventSet]*eventSet
 	driverRoots []string
+	// sysfsRoots are the sysfs trees written so far (WriteSysfs), whose driver links the
+	// simulated kernel keeps current (pcibind.go).
+	sysfsRoots []string
 	// withheldNodes, when set, names the device nodes kept out of the driver roots
 	// (WithholdDeviceNodes).
 	withheldNodes func(name string) bool
@@ -138,6 +141,19 @@ func (m *Machine) GPUUUID(index int) string {
 	return m.gpus[index].uuid
 }
 
+// GPUIndex returns the machine index of the GPU with uuid (as GPUUUID, SetTimeslice and the other
+// machine-level calls take it), or -1 if there is no such GPU. Unlike an NVML index it does not
+// change while another GPU is bound to vfio-pci and absent from NVML, so simulation state that
+// code under test addresses must be found by UUID through it, never by NVML index.
+func (m *Machine) GPUIndex(uuid string) int {
+	for i, g := range m.gpus {
+		if g.uuid == uuid {
+			return i
+		}
+	}
+	return -1
+}
+
 // checkInit returns nvml.ERROR_UNINITIALIZED unless NVML is initialized. m.mu must be held.
 func (m *Machine) checkInit() nvml.Return {
 	if m.initCount == 0 {
@@ -175,7 +191,9 @@ func (m *Machine) newInterface() *mock.Interface {
 	}
 	iface.SystemGetCudaDriverVersion_v2Func = iface.SystemGetCudaDriverVersionFunc
 	iface.DeviceGetCountFunc = func() (int, nvml.Return) {
-		return len(m.gpus), m.initialized()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.nvmlGPUs()), m.checkInit()
 	}
 	iface.GetExcludedDeviceCountFunc = func() (int, nvml.Return) { return 0, m.initialized() }
 	iface.DeviceGetHandleByIndexFunc = m.deviceByIndex
@@ -222,8 +240,12 @@ func (m *Machine) lookup(f func() (nvml.Device, nvml.Return)) (nvml.Device, nvml
 	return f()
 }
 
-// found returns g's handle, failing like NVML for a GPU that fell off the bus.
+// found returns g's handle, failing like NVML for a GPU that fell off the bus or that is not
+// bound to the nvidia driver.
 func found(g *gpu) (nvml.Device, nvml.Return) {
+	if !g.inNVML() {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 	if g.lost {
 		return nil, nvml.ERROR_GPU_IS_LOST
 	}
@@ -235,10 +257,11 @@ func (m *Machine) deviceByIndex(index int) (nvml.Device, nvml.Return) {
 		if ret, fail := m.consumeFault("DeviceGetHandleByIndex", index); fail {
 			return nil, ret
 		}
-		if index < 0 || index >= len(m.gpus) {
+		gpus := m.nvmlGPUs()
+		if index < 0 || index >= len(gpus) {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
 		}
-		return found(m.gpus[index])
+		return found(gpus[index])
 	})
 }
 
@@ -251,6 +274,9 @@ func (m *Machine) deviceByUUID(uuid string) (nvml.Device, nvml.Return) {
 			}
 			for _, ci := range g.computeInstances() {
 				if ci.uuid == uuid {
+					if !g.inNVML() {
+						return nil, nvml.ERROR_NOT_FOUND
+					}
 					if g.lost {
 						return nil, nvml.ERROR_GPU_IS_LOST
 					}

@@ -158,6 +158,7 @@ func (m *Machine) Reboot() error {
 		g.resetLocked()
 	}
 	m.boots++
+	m.resetBinding()
 	return m.commitErr(func() {
 		m.boots--
 		for i, g := range m.gpus {

@@ -20,7 +20,10 @@ import (
 //	devices/system/node/{online,possible,node<N>/{cpulist,distance}}
 //	devices/system/cpu/{online,possible,cpu<X>/{node<N> -> ../../node/node<N>,topology/physical_package_id}}
 //
-// It is idempotent: files are rewritten and links replaced.
+// and the PCI driver binding and IOMMU groups of the GPUs (pcibind.go; ServeSysfs runs the
+// kernel side of binding). It is idempotent: files are rewritten and links replaced, except the
+// binding state (driver link, driver_override) of a device directory that already existed, which
+// the machine adopts, as a restarted process finds the kernel's state.
 func (m *Machine) WriteSysfs(root string) error {
 	if err := m.writeSysfs(root); err != nil {
 		return fmt.Errorf("write simulated sysfs for %s under %s: %w", m.spec.name, root, err)
@@ -32,13 +35,13 @@ func (m *Machine) writeSysfs(root string) error {
 	spec := m.spec
 	files := map[string]string{}
 	links := map[string]string{}
-	ports := map[uint32]int{} // next root-port device number per root complex
+	dirs := m.pciDeviceDirs()
+	fresh := make([]bool, len(dirs))
 	for i, g := range m.gpus {
 		bdf := g.busID()
-		rootBus := spec.roots[i]
-		ports[rootBus]++
-		port := fmt.Sprintf("0000:%02x:%02x.0", rootBus, ports[rootBus])
-		dev := filepath.Join("devices", fmt.Sprintf("pci0000:%02x", rootBus), port, bdf)
+		dev := dirs[i]
+		_, err := os.Lstat(filepath.Join(root, dev))
+		fresh[i] = errors.Is(err, fs.ErrNotExist)
 		node := g.numaNode()
 		files[filepath.Join(dev, "numa_node")] = fmt.Sprintf("%d\n", node)
 		files[filepath.Join(dev, "vendor")] = fmt.Sprintf("0x%04x\n", g.spec.pciDeviceID&0xffff)
@@ -91,6 +94,13 @@ func (m *Machine) writeSysfs(root string) error {
 			return err
 		}
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.writeBinding(root, dirs, fresh); err != nil {
+		return err
+	}
+	m.addSysfsRoot(root)
+	m.refreshDriverRoots()
 	return nil
 }
 

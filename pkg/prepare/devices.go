@@ -87,6 +87,9 @@ func (d *Engine) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, 
 	if pd.AdminAccess {
 		cd.Annotations[annotationAdminAccess] = "true"
 	}
+	if pd.VFIOPCIBusID != "" {
+		cd.Annotations[annotationVFIO] = pd.VFIOPCIBusID
+	}
 	if pd.Sharing != nil {
 		data, err := json.Marshal(pd.Sharing)
 		if err != nil {
@@ -124,6 +127,9 @@ const (
 	// annotationAdminAccess marks an admin-access device, so a rebuilt
 	// checkpoint neither counts it as held nor undoes its tenant's work.
 	annotationAdminAccess = "gpu.dra.dev/admin-access"
+	// annotationVFIO is a passthrough device's PCI address, so a rebuilt
+	// checkpoint binds it back to nvidia at unprepare.
+	annotationVFIO = "gpu.dra.dev/vfio-pci-bus-id"
 )
 
 // gpuUUIDOf is the physical GPU a recorded device belongs to.

@@ -63,6 +63,9 @@ type Options struct {
 	// (e.g. ResourceSlices the API server rejects); it should stop the
 	// process with the error as its reason.
 	Fatal func(error)
+	// Passthrough binds GPUs to vfio-pci and back for passthrough
+	// devices (passthrough.Host); nil refuses them.
+	Passthrough Passthrough
 	// FaultHook, if set, is called with the name of each step between
 	// side effects of prepare and unprepare, so crash tests can kill the
 	// process at every point that matters.
@@ -85,6 +88,18 @@ type MIG interface {
 	// CapDeviceNodes lists the capability nodes a container needs to use
 	// a MIG device.
 	CapDeviceNodes(gpuMinor int, giID, ciID uint32) ([]string, error)
+}
+
+// Passthrough is what the engine does with passthrough devices;
+// passthrough.Host implements it over sysfs and NVML.
+type Passthrough interface {
+	// Take binds a GPU to vfio-pci, refusing while anything uses it;
+	// it finishes what an earlier try began.
+	Take(ctx context.Context, gpuUUID, pciBusID string) error
+	// Give binds it back to nvidia, whatever step Take or Give reached.
+	Give(ctx context.Context, pciBusID string) error
+	// DeviceNodes are the VFIO nodes a virtual machine needs for it.
+	DeviceNodes(pciBusID string) ([]string, error)
 }
 
 // Store loads and saves the checkpoint; checkpoint.NewFileStore implements

@@ -73,7 +73,10 @@ func startTestDriver(t *testing.T, opts Options, node *simnode.Node) *Engine {
 			gpus = append(gpus, g)
 		}
 	}
-	published, _ := devicemodel.Model(gpus, devicemodel.Options{NodeName: "node-1", OwnedMIG: d.OwnsMIG})
+	// Everything published, passthrough devices too.
+	on := true
+	policy := devicemodel.Policy{Default: devicemodel.GPUPolicy{Passthrough: &on}}
+	published, _ := devicemodel.Model(gpus, devicemodel.Options{NodeName: "node-1", Policy: policy, OwnedMIG: d.OwnsMIG})
 	d.SetDevices(ctx, published)
 	return d
 }

@@ -5,6 +5,7 @@ package prepare
 const (
 	FaultPrepareStarted    = "prepare:started-recorded"
 	FaultPrepareMIGCreated = "prepare:mig-created"
+	FaultPrepareVFIOBound  = "prepare:vfio-bound"
 	FaultPrepareCDIWritten = "prepare:cdi-written"
 	FaultPrepareCompleted  = "prepare:completed-recorded"
 	FaultUnprepareStarted  = "unprepare:started-recorded"
@@ -35,6 +36,7 @@ const (
 var FaultPoints = []string{
 	FaultPrepareStarted,
 	FaultPrepareMIGCreated,
+	FaultPrepareVFIOBound,
 	FaultPrepareCDIWritten,
 	FaultPrepareCompleted,
 	FaultUnprepareStarted,

@@ -61,6 +61,7 @@ var kindHandlers = map[vocabulary.Kind]kindHandler{
 	vocabulary.KindMIG:       migHandler{},
 	vocabulary.KindTimeSlice: shareHandler{want: gpuv1beta1.TimeSlicingStrategy, manager: timeSliceManager{}},
 	vocabulary.KindMPS:       shareHandler{want: gpuv1beta1.MPSStrategy, manager: mpsManager{}},
+	vocabulary.KindVFIO:      vfioHandler{},
 }
 
 // knownKind reports whether this release knows how to prepare and undo a

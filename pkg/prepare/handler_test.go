@@ -47,13 +47,13 @@ func TestEveryPublishedKindHasAHandler(t *testing.T) {
 // planning, naming the device and the kind, and nothing is recorded.
 func TestUnregisteredKindIsRefused(t *testing.T) {
 	d := newTestDriver(t, nil)
-	vfio := *d.devices["gpu-0"]
-	vfio.Kind, vfio.Device.Name = "vfio", "vfio-0"
-	d.devices[vfio.Device.Name] = &vfio
+	future := *d.devices["gpu-0"]
+	future.Kind, future.Device.Name = "vgpu", "vgpu-0"
+	d.devices[future.Device.Name] = &future
 
-	err := prepareOne(t, d, allocated("passthrough", []string{"vfio-0"}))
-	if err == nil || !strings.Contains(err.Error(), `device vfio-0: unknown device type "vfio"`) {
-		t.Fatalf("prepare of a device of an unregistered kind: err = %v, want one naming device vfio-0 and kind vfio", err)
+	err := prepareOne(t, d, allocated("future", []string{"vgpu-0"}))
+	if err == nil || !strings.Contains(err.Error(), `device vgpu-0: unknown device type "vgpu"`) {
+		t.Fatalf("prepare of a device of an unregistered kind: err = %v, want one naming device vgpu-0 and kind vgpu", err)
 	}
 	if got := d.PreparedClaims(); len(got) != 0 {
 		t.Errorf("a refused claim was recorded: %+v", got)

@@ -3,12 +3,8 @@ package prepare
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -48,25 +44,13 @@ func (d *Engine) migIntentPath(uid types.UID, m *checkpoint.MigInstance) string 
 // recordMIGIntent durably records that the driver is about to create the
 // MIG instance of pd for the claim.
 func (d *Engine) recordMIGIntent(entry *checkpoint.PreparedClaim, pd *checkpoint.PreparedDevice) error {
-	data, err := json.Marshal(migIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, MIG: *pd.MIG})
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(d.migIntentDir(), 0o750); err != nil {
-		return fmt.Errorf("device %s: record MIG intent: %w", pd.Device, err)
-	}
-	if err := atomicfile.WriteFile(d.migIntentPath(entry.UID, pd.MIG), data, 0o600); err != nil {
-		return fmt.Errorf("device %s: record MIG intent: %w", pd.Device, err)
-	}
-	return nil
+	return writeIntent(d.migIntentDir(), d.migIntentPath(entry.UID, pd.MIG), "MIG", pd.Device,
+		migIntent{ClaimUID: entry.UID, Namespace: entry.Namespace, Name: entry.Name, Device: pd.Device, MIG: *pd.MIG})
 }
 
 // forgetMIGIntent removes the intent of an instance that is destroyed.
 func (d *Engine) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error {
-	if err := atomicfile.Remove(d.migIntentPath(uid, m)); err != nil {
-		return fmt.Errorf("remove MIG intent: %w", err)
-	}
-	return nil
+	return removeIntent(d.migIntentPath(uid, m), "MIG")
 }
 
 // destroyLeakedMIG destroys the instances of intents that no checkpoint
@@ -76,31 +60,15 @@ func (d *Engine) forgetMIGIntent(uid types.UID, m *checkpoint.MigInstance) error
 // the intent for the next start and does not stop this one.
 func (d *Engine) destroyLeakedMIG(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	files, err := os.ReadDir(d.migIntentDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	if err != nil {
-		logger.Error(err, "Cannot list MIG intents; leaked MIG instances, if any, stay")
-		return
-	}
-	for _, f := range files {
-		if !f.Type().IsRegular() || !strings.HasSuffix(f.Name(), ".json") {
-			continue
-		}
-		path := filepath.Join(d.migIntentDir(), f.Name())
+	forEachIntent(ctx, d.migIntentDir(), "MIG", func(path string, data []byte) {
 		var intent migIntent
-		data, err := os.ReadFile(path)
-		if err == nil {
-			err = json.Unmarshal(data, &intent)
-		}
-		if err != nil {
+		if err := json.Unmarshal(data, &intent); err != nil {
 			// Written atomically, so never half-written: not ours.
 			logger.Error(err, "Ignoring unreadable MIG intent", "path", path)
-			continue
+			return
 		}
 		if d.accountsForMIG(intent) {
-			continue
+			return
 		}
 		m := intent.MIG
 		if !d.migHeldByAnyone(&m) {
@@ -111,14 +79,14 @@ func (d *Engine) destroyLeakedMIG(ctx context.Context) {
 				if d.opts.Metrics != nil {
 					d.opts.Metrics.ObserveError(operationRecover, reasonMIGLeak)
 				}
-				continue
+				return
 			}
 			d.fault(FaultRecoverLeakedMIGDestroyed)
 		}
 		if err := atomicfile.Remove(path); err != nil {
 			logger.Error(err, "Cannot remove MIG intent", "path", path)
 		}
-	}
+	})
 }
 
 // accountsForMIG reports whether the intent's claim entry holds its

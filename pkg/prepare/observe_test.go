@@ -112,15 +112,16 @@ func TestAllocations(t *testing.T) {
 		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindMPS, GPUUUID: "GPU-1"}}},
 		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindMPS, GPUUUID: "GPU-1"}}},
 		{State: checkpoint.PrepareStarted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindGPU, GPUUUID: "GPU-2"}}},
+		{State: checkpoint.PrepareCompleted, Devices: []checkpoint.PreparedDevice{{Kind: vocabulary.KindVFIO, GPUUUID: "GPU-3", VFIOPCIBusID: "0000:18:00.0"}}},
 	})
 	want := telemetry.Allocations{
-		Devices:      map[string]int{"gpu": 0, "mig": 2, "timeslice": 0, "mps": 2}, // gpu: only started
+		Devices:      map[string]int{"gpu": 0, "mig": 2, "timeslice": 0, "mps": 2, "vfio": 1}, // gpu: only started
 		MIGInstances: 1, MPSDaemons: 1,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("allocations = %+v, want %+v", got, want)
 	}
-	if got, want := allocations(nil), (telemetry.Allocations{Devices: map[string]int{"gpu": 0, "mig": 0, "timeslice": 0, "mps": 0}}); !reflect.DeepEqual(got, want) {
+	if got, want := allocations(nil), (telemetry.Allocations{Devices: map[string]int{"gpu": 0, "mig": 0, "timeslice": 0, "mps": 0, "vfio": 0}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("allocations of no claims = %+v, want %+v", got, want)
 	}
 }

@@ -94,7 +94,7 @@ func (d *Engine) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	d.fault(FaultPrepareCompleted)
 	logger.Info("Prepared claim", "devices", deviceNames(entry.Devices))
-	return kubeletDevices(entry.Devices), nil
+	return d.kubeletDevices(entry.Devices), nil
 }
 
 // recordStart records entry as PrepareStarted: durably when one of its
@@ -140,7 +140,7 @@ func (d *Engine) alreadyPrepared(ctx context.Context, claim *resourceapi.Resourc
 	}
 	klog.FromContext(ctx).V(4).Info("Claim already prepared")
 	d.recordPods(ctx, existing, claim)
-	return kubeletDevices(existing.Devices), true, nil
+	return d.kubeletDevices(existing.Devices), true, nil
 }
 
 // allocatedDevice identifies an allocation result for comparisons and
@@ -331,7 +331,9 @@ func (d *Engine) lockKeys(devices []checkpoint.PreparedDevice) []string {
 	return keys
 }
 
-func kubeletDevices(devices []checkpoint.PreparedDevice) []kubeletplugin.Device {
+// kubeletDevices are the devices of a prepared claim as the kubelet gets
+// them, with their metadata (metadata.go).
+func (d *Engine) kubeletDevices(devices []checkpoint.PreparedDevice) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(devices))
 	for _, pd := range devices {
 		kd := kubeletplugin.Device{
@@ -339,6 +341,7 @@ func kubeletDevices(devices []checkpoint.PreparedDevice) []kubeletplugin.Device 
 			PoolName:     pd.Pool,
 			DeviceName:   pd.Device,
 			CDIDeviceIDs: slices.Clone(pd.CDIDeviceIDs),
+			Metadata:     d.deviceMetadata(pd),
 		}
 		if pd.ShareID != "" {
 			id := types.UID(pd.ShareID)

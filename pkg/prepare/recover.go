@@ -65,6 +65,7 @@ func (d *Engine) recover(ctx context.Context) error {
 		d.fault(FaultRecoverRolledBack)
 	}
 	d.destroyLeakedMIG(ctx)
+	d.giveBackLeakedVFIO(ctx)
 	haveSpec := map[types.UID]bool{}
 	for _, spec := range specs {
 		entry, ok := d.cp.Get(spec.Claim.UID)
@@ -247,6 +248,7 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 			}
 			pd.GPUUUID = dev.Annotations[annotationGPU]
 			pd.AdminAccess = dev.Annotations[annotationAdminAccess] == "true"
+			pd.VFIOPCIBusID = dev.Annotations[annotationVFIO]
 			if nodes := dev.Annotations[annotationDeviceNodes]; nodes != "" {
 				pd.DeviceNodes = strings.Split(nodes, ",")
 			}

@@ -145,6 +145,12 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 			}
 		}
 		handle, ret := c.opts.NVML.DeviceGetHandleByUUID(g.UUID)
+		if ret == nvml.ERROR_NOT_FOUND {
+			// Not on the nvidia driver: passed through to a virtual
+			// machine (vfio-pci), whose guest owns its telemetry.
+			klog.V(4).InfoS("GPU not on the nvidia driver, no telemetry", "gpu", g.UUID)
+			continue
+		}
 		if ret == nvml.SUCCESS {
 			// A handle can outlive the GPU; a query that reaches it tells.
 			if _, r := handle.GetTemperature(nvml.TEMPERATURE_GPU); r == nvml.ERROR_GPU_IS_LOST {

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 )
 
 func TestMain(m *testing.M) { os.Exit(simnode.Main(m)) }
@@ -319,5 +321,34 @@ func TestFieldValue(t *testing.T) {
 				t.Errorf("fieldValue = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// A GPU passed through to a virtual machine (bound to vfio-pci) is not in NVML: it gets no
+// readings and no up series (it is not lost), and the others are collected as before.
+func TestScrapeSkipsPassedThroughGPU(t *testing.T) {
+	node := simnode.New(t, "l4x4", "node-1")
+	sys := passthrough.Sysfs{Root: t.TempDir(), Timeout: 5 * time.Second}
+	if err := node.Machine.WriteSysfs(sys.Root); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := node.Machine.ServeSysfs(ctx, sys.Root); err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.ToVFIO(ctx, node.GPUs[2].PCIBusID); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCollector(CollectorOptions{NVML: node.Machine, NodeName: "node-1", GPUs: node.GPUs})
+	families := scrape(t, Handler(NewRegistry(nil, c)))
+	if s := series(families, "gpu_dra_device_up", map[string]string{"uuid": node.GPUs[2].UUID}); len(s) != 0 {
+		t.Errorf("passed-through GPU has up series %v", s)
+	}
+	if s := series(families, "gpu_dra_device_power_watts", map[string]string{"uuid": node.GPUs[2].UUID}); len(s) != 0 {
+		t.Errorf("readings of a passed-through GPU: %v", s)
+	}
+	if v := value(sampleOf(t, families, "gpu_dra_device_up", map[string]string{"uuid": node.GPUs[3].UUID})); v != 1 {
+		t.Errorf("GPU 3 up = %v beside a passed-through GPU", v)
 	}
 }

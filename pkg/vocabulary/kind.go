@@ -15,16 +15,19 @@ const (
 	KindTimeSlice Kind = "timeslice"
 	// KindMPS is an MPS share of a GPU.
 	KindMPS Kind = "mps"
+	// KindVFIO is a whole GPU bound to vfio-pci for a virtual machine
+	// (passthrough), published only where the device policy allows it.
+	KindVFIO Kind = "vfio"
 )
 
 // Kinds are the device kinds this release knows, in publication order.
-func Kinds() []Kind { return []Kind{KindGPU, KindMIG, KindTimeSlice, KindMPS} }
+func Kinds() []Kind { return []Kind{KindGPU, KindMIG, KindTimeSlice, KindMPS, KindVFIO} }
 
 // Known reports whether k is a kind this release knows. A newer release may
 // publish (and record) others.
 func (k Kind) Known() bool {
 	switch k {
-	case KindGPU, KindMIG, KindTimeSlice, KindMPS:
+	case KindGPU, KindMIG, KindTimeSlice, KindMPS, KindVFIO:
 		return true
 	}
 	return false

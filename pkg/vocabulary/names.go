@@ -43,6 +43,10 @@ const (
 	AttrParentMinor           = "parentMinor"
 	AttrPlacementStart        = "placementStart"
 	AttrStatic                = "static"
+	// AttrVFIODevice is in a passthrough device's metadata only (not
+	// published): its IOMMU group's VFIO device, /dev/vfio/<group>, which
+	// a VM launcher opens.
+	AttrVFIODevice = "vfioDevice"
 
 	// Standard attributes shared with other drivers on the same node
 	// (k8s.io/dynamic-resource-allocation/deviceattribute; a test checks

@@ -45,7 +45,9 @@ func (r *run) newAdminAction() *action {
 			continue
 		}
 		for _, d := range c.devices() {
-			if strings.Contains(d, "-mig-") && !strings.Contains(d, "-mig-gi") {
+			if (strings.Contains(d, "-mig-") && !strings.Contains(d, "-mig-gi")) || strings.HasSuffix(d, "-vfio") {
+				// A dynamic MIG device's or a passthrough GPU's whole GPU
+				// (admin access to a passthrough device is refused).
 				d = "gpu-" + gpuOfDevice.FindStringSubmatch(d)[1]
 			}
 			add(d)

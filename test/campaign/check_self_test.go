@@ -2,8 +2,11 @@ package campaign
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 )
 
 // The invariant checks find what they are meant to find: each case plants
@@ -26,6 +29,20 @@ func TestChecksCatchPlantedFaults(t *testing.T) {
 		"time-slice share the kubelet unprepared still held": {kindTS, func(t *testing.T, r *run, c *claim) {
 			delete(r.claims, c.uid())
 		}, []string{"leak: time-slicing share"}},
+		"passthrough claim the kubelet unprepared still held": {kindVFIO, func(t *testing.T, r *run, c *claim) {
+			delete(r.claims, c.uid())
+		}, []string{"leak: checkpoint entry", "leak: GPU 0000:", `bound to "vfio-pci" with driver_override "vfio-pci", held by no live claim`}},
+		"GPU of a prepared passthrough claim back on nvidia": {kindVFIO, func(t *testing.T, r *run, c *claim) {
+			v, err := readNode(r.dirs, r.uuids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, _ := v.cp.Get(c.obj.UID)
+			sys := passthrough.Sysfs{Root: filepath.Join(r.dirs.PluginData, "simulated-"+machine, "sys")}
+			if err := sys.ToNVIDIA(t.Context(), e.Devices[0].VFIOPCIBusID); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"of prepared passthrough claim %s is bound to \"nvidia\", not vfio-pci"}},
 		"prepared claim the plugin does not hold": {kindGPU, func(t *testing.T, r *run, c *claim) {
 			ghost := &claim{obj: c.obj.DeepCopy(), kind: kindGPU, state: prepared}
 			ghost.obj.UID, ghost.obj.Name = "ghost-uid", "ghost"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -41,7 +43,11 @@ type nodeView struct {
 	daemons   map[string]bool
 	timeslice map[int]int
 	exclusive map[int]bool
+	// binding is each GPU's PCI driver and driver_override, by PCI address.
+	binding map[string]pciBinding
 }
+
+type pciBinding struct{ driver, override string }
 
 func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 	v := &nodeView{specs: map[string]cdi.ClaimSpecInfo{}, daemons: map[string]bool{}, timeslice: map[int]int{}, exclusive: map[int]bool{}}
@@ -81,6 +87,9 @@ func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 	if v.mps, err = readShareStates(filepath.Join(dirs.Root, "mps", "*", "state.json")); err != nil {
 		return nil, err
 	}
+	if v.binding, err = readBinding(filepath.Join(dirs.PluginData, "simulated-"+machine, "sys")); err != nil {
+		return nil, err
+	}
 	pids, _ := filepath.Glob(filepath.Join(dirs.Root, "mps", "*", "pipe", "nvidia-cuda-mps-control.pid"))
 	for _, p := range pids {
 		if pid := readPid(p); pid > 0 && syscall.Kill(pid, 0) == nil {
@@ -88,6 +97,32 @@ func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 		}
 	}
 	return v, nil
+}
+
+// readBinding reads the simulated sysfs's PCI devices (the GPUs).
+func readBinding(root string) (map[string]pciBinding, error) {
+	entries, err := os.ReadDir(filepath.Join(root, "bus/pci/devices"))
+	if err != nil {
+		return nil, fmt.Errorf("simulated sysfs: %w", err)
+	}
+	sys := passthrough.Sysfs{Root: root}
+	out := map[string]pciBinding{}
+	for _, e := range entries {
+		driver, err := sys.Driver(e.Name())
+		if err != nil {
+			return nil, err
+		}
+		override, err := os.ReadFile(filepath.Join(root, "bus/pci/devices", e.Name(), "driver_override"))
+		if err != nil {
+			return nil, err
+		}
+		o := strings.TrimSpace(string(override))
+		if o == "(null)" {
+			o = ""
+		}
+		out[e.Name()] = pciBinding{driver: driver, override: o}
+	}
+	return out, nil
 }
 
 func readShareStates(pattern string) (map[string]shareState, error) {
@@ -169,6 +204,11 @@ func (r *run) check(afterRestart bool) []string {
 		}
 		r.checkShares(v, c, fail)
 		for _, d := range e.Devices {
+			if b := v.binding[d.VFIOPCIBusID]; d.VFIOPCIBusID != "" && b.driver != passthrough.DriverVFIO {
+				fail("claim lost: GPU %s of prepared passthrough claim %s is bound to %q, not vfio-pci", d.VFIOPCIBusID, c.obj.Name, b.driver)
+			}
+		}
+		for _, d := range e.Devices {
 			if d.MIG != nil && !d.AdminAccess && !slices.Contains(v.instances, fmt.Sprintf("%s/%d", d.MIG.ParentUUID, d.MIG.GIID)) {
 				fail("claim lost: MIG instance %d on %s of prepared claim %s is gone", d.MIG.GIID, d.MIG.ParentUUID, c.obj.Name)
 			}
@@ -242,6 +282,7 @@ func (r *run) check(afterRestart bool) []string {
 		}
 	}
 	r.checkExclusive(v, fail)
+	r.checkBinding(v, fail)
 	for dir := range v.daemons {
 		if s := v.mps[filepath.Join(dir, "state.json")]; len(s.Shares) == 0 {
 			fail("leak: an MPS control daemon runs in %s without shares", filepath.Base(dir))
@@ -256,6 +297,27 @@ func (r *run) check(afterRestart bool) []string {
 		}
 	}
 	return bad
+}
+
+// checkBinding: a GPU off the nvidia driver, or with a driver_override
+// left, is held for passthrough by a live claim's checkpoint entry (its
+// prepare or unprepare may be under way or waiting for a retry).
+func (r *run) checkBinding(v *nodeView, fail func(string, ...any)) {
+	held := map[string]bool{}
+	for uid, e := range v.cp.All() {
+		if r.claims[string(uid)] == nil {
+			continue
+		}
+		for _, d := range e.Devices {
+			held[d.VFIOPCIBusID] = d.VFIOPCIBusID != ""
+		}
+	}
+	for _, bdf := range slices.Sorted(maps.Keys(v.binding)) {
+		b := v.binding[bdf]
+		if (b.driver != passthrough.DriverNVIDIA || b.override != "") && !held[bdf] {
+			fail("leak: GPU %s is bound to %q with driver_override %q, held by no live claim", bdf, b.driver, b.override)
+		}
+	}
 }
 
 // checkShares checks that a prepared share is registered with its manager

@@ -70,6 +70,11 @@ func runChild(root string) error {
 	cfg.MPSControl = filepath.Join(root, mpsControl)
 	cfg.StaleClaimGracePeriod = staleGrace
 	cfg.PodResourcesSocket = filepath.Join(root, podResourcesSocket)
+	// Every GPU may also be passed through to a virtual machine.
+	cfg.DevicePolicyFile = filepath.Join(root, "device-policy.yaml")
+	if err := os.WriteFile(cfg.DevicePolicyFile, []byte("default: {passthrough: true}\n"), 0o644); err != nil {
+		return err
+	}
 	client := apiserver.NodeClient(nodeName)
 	client.PrependReactor("get", "resourceclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		get := a.(k8stesting.GetAction)

@@ -109,8 +109,8 @@ func (r *run) reach(p string) {
 		return
 	}
 	order := slices.Clone(kinds)
-	if p == prepare.FaultPrepareMIGCreated {
-		order = []string{kindMIG}
+	if k := pointKind(p); k != "" {
+		order = []string{k}
 	}
 	for r.armed == p {
 		if a := r.newActionOfKind(order...); a != nil {
@@ -126,6 +126,12 @@ func (r *run) reach(p string) {
 			return // the unprepare failed; the next try starts over
 		}
 	}
+}
+
+// pointKind is the only kind whose prepare passes fault point p, "" when
+// every kind's does.
+func pointKind(p string) string {
+	return map[string]string{prepare.FaultPrepareMIGCreated: kindMIG, prepare.FaultPrepareVFIOBound: kindVFIO}[p]
 }
 
 // preparedClaim is the first prepared claim by name, or nil.

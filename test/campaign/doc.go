@@ -3,7 +3,11 @@
 // on a simulated dgxh100 whose state persists across restarts
 // (pkg/nvmlsim), the kubelet stand-in calls it over its real sockets, and
 // claims for whole GPUs, dynamic MIG devices, time-slicing and MPS shares
+// and GPUs passed through to VMs (vfio-pci; every GPU's policy allows it)
 // are allocated by the upstream allocator from the node's published slices.
+// Besides the checkpoint, spec and MIG invariants below, a GPU off the
+// nvidia driver (or with a driver_override left) must belong to a live
+// claim's entry, and a prepared passthrough claim's GPU must be on vfio-pci.
 // GPU 7 carries a MIG instance an admin made before the plugin ran.
 //
 // The seed (-seed, printed first; `make campaign SEED=N` replays it) fixes

@@ -44,9 +44,11 @@ const (
 	kindMIG = "mig"
 	kindTS  = "timeslice"
 	kindMPS = "mps"
+	// kindVFIO: a GPU passed through to a virtual machine (vfio-pci).
+	kindVFIO = "vfio"
 )
 
-var kinds = []string{kindGPU, kindMIG, kindTS, kindMPS}
+var kinds = []string{kindGPU, kindMIG, kindTS, kindMPS, kindVFIO}
 
 // claim is one allocated claim the campaign knows about.
 type claim struct {
@@ -133,6 +135,8 @@ func newClaim(rng *rand.Rand, name, kind string, avoid map[int]bool) *resourceap
 			}}}
 		}
 		return c
+	case kindVFIO:
+		return at.Claim(name, at.Exactly("vm", "vfio."+driverName, 1, sel...))
 	default:
 		r := at.Exactly("mps", "mps."+driverName, 1, sel...)
 		r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 )
 
 // action is one kubelet call on one claim.
@@ -43,8 +42,8 @@ func (r *run) newAction() *action {
 	}
 	order := slices.Clone(kinds)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	if r.armed == prepare.FaultPrepareMIGCreated {
-		order = append([]string{kindMIG}, order...)
+	if k := pointKind(r.armed); k != "" {
+		order = append([]string{k}, order...)
 	}
 	return r.newActionOfKind(order...)
 }

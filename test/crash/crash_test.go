@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +28,10 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -39,6 +42,8 @@ const (
 	machine    = "dgxh100"
 
 	claimsFile = "claims.json"
+	// policyFile, when the test writes it, is the child's device policy.
+	policyFile = "device-policy.yaml"
 )
 
 // TestMain doubles as the plugin process (internal/pluginrun/childproc).
@@ -61,6 +66,9 @@ func runChild(root string) error {
 		return err
 	}
 	cfg := dirs.Config(machine, nodeName)
+	if _, err := os.Stat(filepath.Join(root, policyFile)); err == nil {
+		cfg.DevicePolicyFile = filepath.Join(root, policyFile)
+	}
 	cfg.KubeClient = apiserver.NodeClient(nodeName, claims...)
 	cfg.FaultHook = childproc.Journaling(root, childproc.KillAt(root, childproc.CrashAt()))
 	childproc.ConfigurePod(cfg)
@@ -114,6 +122,34 @@ func TestCrashConvergence(t *testing.T) {
 	t.Run("whole GPUs", func(t *testing.T) {
 		crashSteps(t, at.Claim("victim", at.Exactly("gpus", driverName, 2)), withRandomSteps(steps, 12, killSeed(t)), nil)
 	})
+	t.Run("passthrough", func(t *testing.T) {
+		// A passthrough claim adds the binding to vfio-pci in the middle of prepare.
+		vfioSteps := append([]step{{prepare: true, crashAt: prepare.FaultPrepareVFIOBound}, {prepare: false, crashAt: prepare.FaultUnprepareCDIGone}}, steps...)
+		claim := at.Claim("victim", at.Exactly("vm", "vfio."+driverName, 1, `device.attributes["gpu.dra.dev"].minor == 0`))
+		bdf := simnode.New(t, machine, nodeName).GPUs[0].PCIBusID
+		crashSteps(t, claim, withRandomSteps(vfioSteps, 8, killSeed(t)), func(t *testing.T, dirs pluginrun.Dirs, prepared bool) {
+			// GPU 0 is on vfio-pci exactly while the claim is prepared,
+			// and back on nvidia without an override once it is not.
+			sys := passthrough.Sysfs{Root: filepath.Join(dirs.PluginData, "simulated-"+machine, "sys")}
+			driver, err := sys.Driver(bdf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			override, _ := os.ReadFile(filepath.Join(sys.Root, "bus/pci/devices", bdf, "driver_override"))
+			want, wantIntents := passthrough.DriverNVIDIA, 0
+			if prepared {
+				want, wantIntents = passthrough.DriverVFIO, 1
+			}
+			o := strings.TrimSpace(string(override))
+			cleared := o == "" || o == "(null)"
+			if driver != want || (prepared && o != passthrough.DriverVFIO) || (!prepared && !cleared) {
+				t.Fatalf("prepared=%v: GPU 0 bound to %q with driver_override %q", prepared, driver, o)
+			}
+			if intents, _ := filepath.Glob(filepath.Join(dirs.PluginData, "vfio-intents", "*.json")); len(intents) != wantIntents {
+				t.Fatalf("prepared=%v: passthrough intents = %v, want %d", prepared, intents, wantIntents)
+			}
+		})
+	})
 	t.Run("dynamic MIG", func(t *testing.T) {
 		// A MIG claim adds the instance creation in the middle of prepare.
 		migSteps := append([]step{{prepare: true, crashAt: prepare.FaultPrepareMIGCreated}, {prepare: false, crashAt: prepare.FaultUnprepareCDIGone}}, steps...)
@@ -156,6 +192,14 @@ func crashSteps(t *testing.T, unallocated *resourceapi.ResourceClaim, steps []st
 		t.Fatal(err)
 	}
 	node := simnode.New(t, machine, nodeName)
+	// Everything published, passthrough devices too, by the child as here.
+	policy := "default: {passthrough: true}\n"
+	if err := os.WriteFile(filepath.Join(dirs.Root, policyFile), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	on := true
+	node.Resources = devicemodel.Build(node.GPUs, devicemodel.Options{NodeName: nodeName,
+		Policy: devicemodel.Policy{Default: devicemodel.GPUPolicy{Passthrough: &on}}})
 	cluster := at.NewCluster(node.Slices(driverName), deviceclass.DeviceClasses(driverName))
 	claim := cluster.MustAllocate(t, nodeName, unallocated)[0]
 	data, err := json.Marshal([]*resourceapi.ResourceClaim{claim})

@@ -23,6 +23,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -55,18 +56,10 @@ func setupClaims(t *testing.T, unallocated ...*resourceapi.ResourceClaim) (plugi
 // and the plugin under another driver name.
 func setupClaimsFor(t *testing.T, driver string, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim, func(...*resourceapi.ResourceClaim) *inprocess.Plugin) {
 	t.Helper()
-	dirs, err := pluginrun.NewDirs(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := simnode.New(t, machine, nodeName)
-	c := at.NewCluster(node.Slices(driver), deviceclass.DeviceClasses(driver))
-	claims := map[string]*resourceapi.ResourceClaim{}
+	dirs, node, claims := allocateClaims(t, driver, nil, unallocated...)
 	var all []*resourceapi.ResourceClaim
 	for _, u := range unallocated {
-		claim := c.MustAllocate(t, nodeName, u)[0]
-		claims[claim.Name] = claim
-		all = append(all, claim)
+		all = append(all, claims[u.Name])
 	}
 	start := func(extra ...*resourceapi.ResourceClaim) *inprocess.Plugin {
 		t.Helper()
@@ -80,6 +73,27 @@ func setupClaimsFor(t *testing.T, driver string, unallocated ...*resourceapi.Res
 		return p
 	}
 	return dirs, node, claims, start
+}
+
+// allocateClaims allocates the claims on a simulated node's devices, as the
+// default policy publishes them or (policy set) as policy does.
+func allocateClaims(t *testing.T, driver string, policy *devicemodel.Policy, unallocated ...*resourceapi.ResourceClaim) (pluginrun.Dirs, *simnode.Node, map[string]*resourceapi.ResourceClaim) {
+	t.Helper()
+	dirs, err := pluginrun.NewDirs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := simnode.New(t, machine, nodeName)
+	if policy != nil {
+		node.Resources = devicemodel.Build(node.GPUs, devicemodel.Options{NodeName: nodeName, Policy: *policy})
+	}
+	c := at.NewCluster(node.Slices(driver), deviceclass.DeviceClasses(driver))
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for _, u := range unallocated {
+		claim := c.MustAllocate(t, nodeName, u)[0]
+		claims[claim.Name] = claim
+	}
+	return dirs, node, claims
 }
 
 func TestPrepareUnprepare(t *testing.T) {

@@ -38,6 +38,19 @@ func TestTimeSlicer(t *testing.T) {
 	if got, err := s.Timeslice(ctx, gpu); err != nil || got != 2 || m.Timeslice(5) != 2 {
 		t.Errorf("Timeslice = %d, %v; simulation %d; want 2", got, err, m.Timeslice(5))
 	}
+	// The GPU is found by UUID: with GPU 2 bound to vfio-pci NVML numbers GPU 5 as 4, and the
+	// level must land on GPU 5 all the same (the campaign leaked a level on GPU 4 when it did not).
+	shifted := sharing.DeviceRef{UUID: m.GPUUUID(5), Index: 4}
+	if err := s.SetTimeslice(ctx, shifted, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Timeslice(ctx, shifted); err != nil || got != 3 || m.Timeslice(5) != 3 || m.Timeslice(4) != 0 {
+		t.Errorf("by UUID: Timeslice = %d, %v; simulation GPU 5 %d, GPU 4 %d; want 3, 3, 0", got, err, m.Timeslice(5), m.Timeslice(4))
+	}
+	unknown := sharing.DeviceRef{UUID: "GPU-00000000-0000-0000-0000-000000000000", Index: 5}
+	if err := s.SetTimeslice(ctx, unknown, 1); err == nil || m.Timeslice(5) != 3 {
+		t.Errorf("unknown UUID: %v, GPU 5 level %d; want an error and level 3", err, m.Timeslice(5))
+	}
 	if err := s.SetTimeslice(ctx, gpu, 7); err == nil || errors.Is(err, sharing.ErrNotSupported) {
 		t.Errorf("level 7: %v, want a plain error", err)
 	}

@@ -9,7 +9,9 @@ import (
 )
 
 // TimeSlicer is a sharing.TimeSlicer over the simulated machine, for demos
-// and tests. It addresses GPUs by DeviceRef.Index.
+// and tests. It addresses GPUs by DeviceRef.UUID, as nvidia-smi -i <UUID> does: an NVML index
+// (DeviceRef.Index) is not the machine's index once a GPU is bound to vfio-pci and absent from
+// NVML, since the GPUs after it close up.
 type TimeSlicer struct {
 	sim *nvmlsim.Machine
 }
@@ -27,7 +29,11 @@ func (s *TimeSlicer) SetTimeslice(_ context.Context, gpu sharing.DeviceRef, leve
 	if gpu.IsMIG() {
 		return fmt.Errorf("set time-slice of MIG device %s: %w", gpu.UUID, sharing.ErrNotSupported)
 	}
-	if err := s.sim.SetTimeslice(gpu.Index, level); err != nil {
+	index, err := s.machineIndex(gpu)
+	if err != nil {
+		return fmt.Errorf("set time-slice: %w", err)
+	}
+	if err := s.sim.SetTimeslice(index, level); err != nil {
 		return fmt.Errorf("set time-slice of %s: %w", gpu.UUID, err)
 	}
 	return nil
@@ -38,5 +44,18 @@ func (s *TimeSlicer) Timeslice(_ context.Context, gpu sharing.DeviceRef) (int, e
 	if gpu.IsMIG() {
 		return 0, fmt.Errorf("time-slice of MIG device %s: %w", gpu.UUID, sharing.ErrNotSupported)
 	}
-	return s.sim.Timeslice(gpu.Index), nil
+	index, err := s.machineIndex(gpu)
+	if err != nil {
+		return 0, fmt.Errorf("time-slice: %w", err)
+	}
+	return s.sim.Timeslice(index), nil
+}
+
+// machineIndex finds gpu on the simulated machine by its UUID.
+func (s *TimeSlicer) machineIndex(gpu sharing.DeviceRef) (int, error) {
+	index := s.sim.GPUIndex(gpu.UUID)
+	if index < 0 {
+		return 0, fmt.Errorf("no GPU with UUID %q on the simulated machine", gpu.UUID)
+	}
+	return index, nil
 }
