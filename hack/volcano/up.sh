@@ -75,7 +75,7 @@ if [[ ! -f $cache/.done ]]; then
 	done
 	cp "$GDD_VOLCANO_SRC"/crd/*.yaml "$cache/crd/"
 	touch "$cache/.done"
-	gdd_log "unpacked Volcano ($("$cache/bin/vc-scheduler" --version 2>&1 | head -1)) into $cache"
+	gdd_log "unpacked Volcano ($("$cache/bin/vc-scheduler" --version 2>/dev/null | grep -m1 "^Version:")) into $cache"
 fi
 
 # Every CRD: vc-scheduler's cache sync waits for HyperNodes and Numatopologies.
