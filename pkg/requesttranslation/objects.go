@@ -2,6 +2,7 @@ package requesttranslation
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -10,6 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 )
+
+// ErrDecode wraps the errors of objects that cannot be decoded.
+var ErrDecode = errors.New("cannot decode")
 
 // Result is the translation of one object.
 type Result struct {
@@ -31,7 +35,7 @@ type Result struct {
 func Pod(raw []byte, schedulers []string, annotation string, opts Options) (Result, error) {
 	var pod corev1.Pod
 	if err := json.Unmarshal(raw, &pod); err != nil {
-		return Result{}, fmt.Errorf("decode Pod: %w", err)
+		return Result{}, fmt.Errorf("%w Pod: %w", ErrDecode, err)
 	}
 	if !slices.Contains(schedulers, pod.Spec.SchedulerName) {
 		return Result{}, nil
@@ -65,7 +69,7 @@ type job struct {
 func Job(raw []byte, schedulers []string, annotation string, opts Options) (Result, error) {
 	var j job
 	if err := json.Unmarshal(raw, &j); err != nil {
-		return Result{}, fmt.Errorf("decode Job: %w", err)
+		return Result{}, fmt.Errorf("%w Job: %w", ErrDecode, err)
 	}
 	var res Result
 	for i := range j.Spec.Tasks {
