@@ -22,9 +22,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
@@ -70,6 +72,9 @@ func TestValidate(t *testing.T) {
 		"mass lapse no nodes":            {args: []string{"--namespace=gpu", "--outage-mass-lapse-min-nodes=0"}, wantErr: "--outage-mass-lapse-min-nodes (0) must be at least 1"},
 		"mass lapse whole cluster":       {args: []string{"--namespace=gpu", "--outage-mass-lapse-threshold=1", "--outage-mass-lapse-min-nodes=1", "--outage-mass-lapse-taint=false"}},
 		"noexecute later":                {args: []string{"--namespace=gpu", "--outage-noexecute-after=10m"}},
+		"translation for two schedulers": {args: []string{"--namespace=gpu", "--request-translation-schedulers=volcano,kai-scheduler"}},
+		"translation off":                {args: []string{"--namespace=gpu", "--request-translation-schedulers="}},
+		"bad scheduler name":             {args: []string{"--namespace=gpu", "--request-translation-schedulers=volcano,Bad'name"}, wantErr: `--request-translation-schedulers: "Bad'name" is not a scheduler name`},
 		"only MIG profile classes":       {args: []string{"--namespace=gpu", "--webhook=false", "--node-labels=false", "--outage-taints=false", "--mig-profile-device-classes"}},
 	}
 	for name, tc := range tests {
@@ -121,8 +126,13 @@ func TestRun(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-driver-webhook"},
 			Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "claims.gpu.dra.dev"}},
 		},
+		&admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-driver-request-translation"},
+			Webhooks:   []admissionregistrationv1.MutatingWebhook{{Name: "pods.translate.gpu.dra.dev"}},
+		},
+		&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.dra.dev"}, Spec: resourceapi.DeviceClassSpec{ExtendedResourceName: ptr.To("nvidia.com/gpu")}},
 	)
-	cfg := defaults(t, "--namespace="+ns, "--model-device-classes", "--leader-elect-identity=test")
+	cfg := defaults(t, "--namespace="+ns, "--model-device-classes", "--leader-elect-identity=test", "--mutating-webhook-configuration-name=gpu-dra-driver-request-translation")
 	cfg.KubeClient = client
 	webhookLn, httpLn := localListener(t), localListener(t)
 	cfg.WebhookListener, cfg.HTTPListener = webhookLn, httpLn
@@ -168,6 +178,31 @@ func TestRun(t *testing.T) {
 		t.Errorf("TLS Secret: %v", err)
 	}
 
+	// The request translation, on /mutate by default for volcano, with the
+	// CA bundle in its configuration.
+	poll(t, "CA bundle in the mutating webhook configuration", func() bool {
+		mwc, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "gpu-dra-driver-request-translation", metav1.GetOptions{})
+		return err == nil && len(mwc.Webhooks[0].ClientConfig.CABundle) > 0
+	})
+	podReview := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"2","operation":"CREATE","namespace":"team",
+		"resource":{"group":"","version":"v1","resource":"pods"},
+		"object":{"metadata":{"name":"p"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}}}}`
+	resp, err = hc.Post("https://"+webhookLn.Addr().String()+"/mutate", "application/json", strings.NewReader(podReview))
+	if err != nil {
+		t.Fatalf("mutating webhook over TLS: %v", err)
+	}
+	out = admissionv1.AdmissionReview{}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if out.Response == nil || !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), "gpu.dra.dev-x2") {
+		t.Fatalf("mutating webhook response %+v", out.Response)
+	}
+	if _, err := client.ResourceV1().ResourceClaimTemplates("team").Get(ctx, "gpu.dra.dev-x2", metav1.GetOptions{}); err != nil {
+		t.Errorf("translation's ResourceClaimTemplate: %v", err)
+	}
+
 	// The leader labels nodes and creates model classes.
 	for i, s := range simnode.New(t, "l4x4", "node-a").Slices("gpu.dra.dev") {
 		s.Name = fmt.Sprintf("node-a-%d", i)
@@ -194,6 +229,7 @@ func TestRun(t *testing.T) {
 		`gpu_dra_controller_admission_rejections_total{reason="invalid",resource="resourceclaims"} `,
 		`gpu_dra_controller_admission_duration_seconds_count{allowed="false",resource="resourceclaims"} `,
 		`gpu_dra_controller_node_labels_written_total{action="set"} `,
+		`gpu_dra_controller_request_translations_total{resource="pods"} `,
 		`gpu_dra_controller_webhook_certificates_generated_total{kind="serving"} `,
 		`gpu_dra_controller_model_deviceclass_changes_total{action="create"} `,
 		`leader_election_master_status{name="gpu-dra-controller"} 1`,

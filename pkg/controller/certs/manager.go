@@ -1,7 +1,7 @@
 // Package certs provides the webhook's serving certificate, either
 // self-managed (Manager: a CA and a serving certificate kept in a Secret,
 // rotated before they expire, with the CA bundle patched into the
-// ValidatingWebhookConfiguration) or read from files that cert-manager
+// Validating- and MutatingWebhookConfiguration) or read from files that cert-manager
 // writes (FileSource).
 package certs
 
@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +64,10 @@ type Config struct {
 	// WebhookConfigName is the ValidatingWebhookConfiguration whose
 	// webhooks get the CA bundle; empty leaves the bundle to someone else.
 	WebhookConfigName string
+	// MutatingWebhookConfigName is the MutatingWebhookConfiguration
+	// (request translation) whose webhooks get the CA bundle too; empty:
+	// none.
+	MutatingWebhookConfigName string
 	// DNSNames are the serving certificate's names: the webhook Service's
 	// (see ServiceDNSNames).
 	DNSNames []string
@@ -169,7 +174,7 @@ func (m *Manager) Reconcile(ctx context.Context) (time.Duration, error) {
 	// certificates stay on the CA it already trusts.
 	installed := true
 	var bundleErr error
-	if m.cfg.WebhookConfigName != "" && cur != nil && len(cur.cas) > 0 {
+	if m.hasBundleTargets() && cur != nil && len(cur.cas) > 0 {
 		installed, bundleErr = m.bundleInstalled(ctx, cur.cas[0].Raw)
 	}
 	plan, err := m.cfg.plan(cur, planInput{now: now, dnsNames: m.cfg.DNSNames, caInstalled: installed})
@@ -195,7 +200,7 @@ func (m *Manager) Reconcile(ctx context.Context) (time.Duration, error) {
 	if err := m.load(plan.next.serving); err != nil {
 		return 0, err
 	}
-	if m.cfg.WebhookConfigName != "" {
+	if m.hasBundleTargets() {
 		bundle, err := certutil.EncodeCertificates(plan.next.cas...)
 		if err != nil {
 			return 0, fmt.Errorf("encode CA bundle: %w", err)
@@ -256,15 +261,43 @@ func (m *Manager) writeSecret(ctx context.Context, existing *corev1.Secret, s *s
 	return nil
 }
 
-// bundleInstalled reports whether every webhook of the configuration
+func (m *Manager) hasBundleTargets() bool {
+	return m.cfg.WebhookConfigName != "" || m.cfg.MutatingWebhookConfigName != ""
+}
+
+// caBundles returns the CA bundles of every webhook of the configurations.
+func (m *Manager) caBundles(ctx context.Context) ([][]byte, error) {
+	var bundles [][]byte
+	if name := m.cfg.WebhookConfigName; name != "" {
+		vwc, err := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
+		}
+		for _, wh := range vwc.Webhooks {
+			bundles = append(bundles, wh.ClientConfig.CABundle)
+		}
+	}
+	if name := m.cfg.MutatingWebhookConfigName; name != "" {
+		mwc, err := m.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err)
+		}
+		for _, wh := range mwc.Webhooks {
+			bundles = append(bundles, wh.ClientConfig.CABundle)
+		}
+	}
+	return bundles, nil
+}
+
+// bundleInstalled reports whether every webhook of the configurations
 // trusts the CA (DER).
 func (m *Manager) bundleInstalled(ctx context.Context, caDER []byte) (bool, error) {
-	vwc, err := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, m.cfg.WebhookConfigName, metav1.GetOptions{})
+	bundles, err := m.caBundles(ctx)
 	if err != nil {
-		return false, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
+		return false, err
 	}
-	for _, wh := range vwc.Webhooks {
-		cas, err := certutil.ParseCertsPEM(wh.ClientConfig.CABundle)
+	for _, b := range bundles {
+		cas, err := certutil.ParseCertsPEM(b)
 		if err != nil {
 			return false, nil
 		}
@@ -279,30 +312,62 @@ func (m *Manager) bundleInstalled(ctx context.Context, caDER []byte) (bool, erro
 	return true, nil
 }
 
-// patchBundle sets the CA bundle of every webhook of the configuration.
+// patchBundle sets the CA bundle of every webhook of the configurations.
 func (m *Manager) patchBundle(ctx context.Context, bundle []byte) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		client := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-		vwc, err := client.Get(ctx, m.cfg.WebhookConfigName, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
+	logger := klog.FromContext(ctx)
+	setBundle := func(cc *admissionregistrationv1.WebhookClientConfig) bool {
+		if bytes.Equal(cc.CABundle, bundle) {
+			return false
 		}
-		changed := false
-		for i := range vwc.Webhooks {
-			if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, bundle) {
-				vwc.Webhooks[i].ClientConfig.CABundle = bundle
-				changed = true
+		cc.CABundle = bundle
+		return true
+	}
+	if name := m.cfg.WebhookConfigName; name != "" {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			client := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+			vwc, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
 			}
-		}
-		if !changed {
+			changed := false
+			for i := range vwc.Webhooks {
+				changed = setBundle(&vwc.Webhooks[i].ClientConfig) || changed
+			}
+			if !changed {
+				return nil
+			}
+			if _, err := client.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update CA bundle of ValidatingWebhookConfiguration %s: %w", name, err)
+			}
+			logger.Info("Updated CA bundle", "validatingWebhookConfiguration", name, "webhooks", len(vwc.Webhooks))
 			return nil
+		})
+		if err != nil {
+			return err
 		}
-		if _, err := client.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update CA bundle of ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
-		}
-		klog.FromContext(ctx).Info("Updated CA bundle", "validatingWebhookConfiguration", m.cfg.WebhookConfigName, "webhooks", len(vwc.Webhooks))
-		return nil
-	})
+	}
+	if name := m.cfg.MutatingWebhookConfigName; name != "" {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			client := m.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+			mwc, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err)
+			}
+			changed := false
+			for i := range mwc.Webhooks {
+				changed = setBundle(&mwc.Webhooks[i].ClientConfig) || changed
+			}
+			if !changed {
+				return nil
+			}
+			if _, err := client.Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update CA bundle of MutatingWebhookConfiguration %s: %w", name, err)
+			}
+			logger.Info("Updated CA bundle", "mutatingWebhookConfiguration", name, "webhooks", len(mwc.Webhooks))
+			return nil
+		})
+	}
+	return nil
 }
 
 // Run reconciles when the Secret or the webhook configuration changes, when
@@ -341,6 +406,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		vwcs.Start(ctx.Done())
 		defer vwcs.Shutdown()
+	}
+	if m.cfg.MutatingWebhookConfigName != "" {
+		mwcs := informers.NewSharedInformerFactoryWithOptions(m.client, 0, byName(m.cfg.MutatingWebhookConfigName))
+		informer := mwcs.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+		if _, err := informer.AddEventHandler(handler); err != nil {
+			return err
+		}
+		mwcs.Start(ctx.Done())
+		defer mwcs.Shutdown()
 	}
 
 	backoff := time.Second
