@@ -265,48 +265,91 @@ func (m *Manager) hasBundleTargets() bool {
 	return m.cfg.WebhookConfigName != "" || m.cfg.MutatingWebhookConfigName != ""
 }
 
-// caBundles returns the CA bundles of every webhook of the configurations.
-func (m *Manager) caBundles(ctx context.Context) ([][]byte, error) {
-	var bundles [][]byte
+// bundleTarget is one webhook configuration that gets the CA bundle: its
+// kind and name, and how to read and write it.
+type bundleTarget struct {
+	kind, name string
+	// clientConfigs returns the client configs of the current object,
+	// for reading and changing in place.
+	clientConfigs func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, error)
+	// update writes the object clientConfigs last returned.
+	update func(ctx context.Context) error
+}
+
+// configTarget is the bundleTarget of a webhook configuration of type T.
+func configTarget[T any](kind, name string,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	clientConfigs func(T) []*admissionregistrationv1.WebhookClientConfig) bundleTarget {
+	var current T
+	return bundleTarget{
+		kind: kind, name: name,
+		clientConfigs: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, error) {
+			obj, err := get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("get %s %s: %w", kind, name, err)
+			}
+			current = obj
+			return clientConfigs(obj), nil
+		},
+		update: func(ctx context.Context) error {
+			if _, err := update(ctx, current, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update CA bundle of %s %s: %w", kind, name, err)
+			}
+			return nil
+		},
+	}
+}
+
+// bundleTargets are the webhook configurations that get the CA bundle.
+func (m *Manager) bundleTargets() []bundleTarget {
+	var targets []bundleTarget
+	api := m.client.AdmissionregistrationV1()
 	if name := m.cfg.WebhookConfigName; name != "" {
-		vwc, err := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
-		}
-		for _, wh := range vwc.Webhooks {
-			bundles = append(bundles, wh.ClientConfig.CABundle)
-		}
+		targets = append(targets, configTarget("ValidatingWebhookConfiguration", name,
+			api.ValidatingWebhookConfigurations().Get, api.ValidatingWebhookConfigurations().Update,
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var out []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					out = append(out, &c.Webhooks[i].ClientConfig)
+				}
+				return out
+			}))
 	}
 	if name := m.cfg.MutatingWebhookConfigName; name != "" {
-		mwc, err := m.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err)
-		}
-		for _, wh := range mwc.Webhooks {
-			bundles = append(bundles, wh.ClientConfig.CABundle)
-		}
+		targets = append(targets, configTarget("MutatingWebhookConfiguration", name,
+			api.MutatingWebhookConfigurations().Get, api.MutatingWebhookConfigurations().Update,
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var out []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					out = append(out, &c.Webhooks[i].ClientConfig)
+				}
+				return out
+			}))
 	}
-	return bundles, nil
+	return targets
 }
 
 // bundleInstalled reports whether every webhook of the configurations
 // trusts the CA (DER).
 func (m *Manager) bundleInstalled(ctx context.Context, caDER []byte) (bool, error) {
-	bundles, err := m.caBundles(ctx)
-	if err != nil {
-		return false, err
-	}
-	for _, b := range bundles {
-		cas, err := certutil.ParseCertsPEM(b)
+	for _, t := range m.bundleTargets() {
+		ccs, err := t.clientConfigs(ctx)
 		if err != nil {
-			return false, nil
+			return false, err
 		}
-		found := false
-		for _, c := range cas {
-			found = found || bytes.Equal(c.Raw, caDER)
-		}
-		if !found {
-			return false, nil
+		for _, cc := range ccs {
+			cas, err := certutil.ParseCertsPEM(cc.CABundle)
+			if err != nil {
+				return false, nil
+			}
+			found := false
+			for _, c := range cas {
+				found = found || bytes.Equal(c.Raw, caDER)
+			}
+			if !found {
+				return false, nil
+			}
 		}
 	}
 	return true, nil
@@ -314,58 +357,31 @@ func (m *Manager) bundleInstalled(ctx context.Context, caDER []byte) (bool, erro
 
 // patchBundle sets the CA bundle of every webhook of the configurations.
 func (m *Manager) patchBundle(ctx context.Context, bundle []byte) error {
-	logger := klog.FromContext(ctx)
-	setBundle := func(cc *admissionregistrationv1.WebhookClientConfig) bool {
-		if bytes.Equal(cc.CABundle, bundle) {
-			return false
-		}
-		cc.CABundle = bundle
-		return true
-	}
-	if name := m.cfg.WebhookConfigName; name != "" {
+	for _, t := range m.bundleTargets() {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			client := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-			vwc, err := client.Get(ctx, name, metav1.GetOptions{})
+			ccs, err := t.clientConfigs(ctx)
 			if err != nil {
-				return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
+				return err
 			}
 			changed := false
-			for i := range vwc.Webhooks {
-				changed = setBundle(&vwc.Webhooks[i].ClientConfig) || changed
+			for _, cc := range ccs {
+				if !bytes.Equal(cc.CABundle, bundle) {
+					cc.CABundle = bundle
+					changed = true
+				}
 			}
 			if !changed {
 				return nil
 			}
-			if _, err := client.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("update CA bundle of ValidatingWebhookConfiguration %s: %w", name, err)
+			if err := t.update(ctx); err != nil {
+				return err
 			}
-			logger.Info("Updated CA bundle", "validatingWebhookConfiguration", name, "webhooks", len(vwc.Webhooks))
+			klog.FromContext(ctx).Info("Updated CA bundle", "kind", t.kind, "name", t.name, "webhooks", len(ccs))
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-	}
-	if name := m.cfg.MutatingWebhookConfigName; name != "" {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			client := m.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-			mwc, err := client.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err)
-			}
-			changed := false
-			for i := range mwc.Webhooks {
-				changed = setBundle(&mwc.Webhooks[i].ClientConfig) || changed
-			}
-			if !changed {
-				return nil
-			}
-			if _, err := client.Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("update CA bundle of MutatingWebhookConfiguration %s: %w", name, err)
-			}
-			logger.Info("Updated CA bundle", "mutatingWebhookConfiguration", name, "webhooks", len(mwc.Webhooks))
-			return nil
-		})
 	}
 	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -66,33 +64,14 @@ func NewMutator(driverName string, cfg TranslationConfig, m *metrics.Metrics) *M
 // ServeHTTP reads one AdmissionReview and answers it, with a JSON patch
 // when the object changes.
 func (h *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	logger := klog.FromContext(r.Context())
-	review, status, err := readReview(w, r)
-	if err != nil {
-		logger.V(2).Info("Bad admission request", "remote", r.RemoteAddr, "err", err)
-		h.metrics.AdmissionRejections.WithLabelValues("unknown", metrics.ReasonBadRequest).Inc()
-		http.Error(w, err.Error(), status)
-		return
-	}
-	req := review.Request
-	resource := "unknown"
-	if req.Resource == podsGVR || req.Resource == jobsGVR {
-		resource = req.Resource.Resource
-	}
-	resp, reason := h.admit(r, req)
-	resp.UID = req.UID
-	if reason != "" {
-		h.metrics.AdmissionRejections.WithLabelValues(resource, reason).Inc()
-	}
-	body, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
-	if err != nil { // cannot happen with these types
-		http.Error(w, fmt.Sprintf("encode review: %v", err), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(body)
-	h.metrics.AdmissionDuration.WithLabelValues(resource, strconv.FormatBool(resp.Allowed)).Observe(time.Since(start).Seconds())
+	serve(w, r, h.metrics, func(req *admissionv1.AdmissionRequest) string {
+		if req.Resource == podsGVR || req.Resource == jobsGVR {
+			return req.Resource.Resource
+		}
+		return "unknown"
+	}, func(req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
+		return h.admit(r, req)
+	})
 }
 
 // admit translates one request. reason is the rejection reason for the
@@ -171,4 +150,3 @@ func (h *Mutator) refuse(logger klog.Logger, req *admissionv1.AdmissionRequest, 
 			fmt.Sprintf("%s: translating device requests: %v", h.driverName, err), nil), metrics.ReasonInternal
 	}
 }
-
