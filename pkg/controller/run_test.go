@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,6 +456,28 @@ func TestHealthEndpoints(t *testing.T) {
 				t.Fatalf("%s: %d %q, want %d with %q", tc.path, code, body, tc.wantCode, tc.want)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// The chart renders --request-translation-schedulers= (empty) to turn the
+// translation off, and a comma-separated list otherwise.
+func TestRequestTranslationFlags(t *testing.T) {
+	for args, want := range map[string][]string{
+		"":                                  {"volcano"},
+		"--request-translation-schedulers=": nil,
+		"--request-translation-schedulers=volcano,kai-scheduler": {"volcano", "kai-scheduler"},
+	} {
+		var argv []string
+		if args != "" {
+			argv = []string{args}
+		}
+		cfg := defaults(t, append(argv, "--namespace=gpu")...)
+		if len(cfg.RequestTranslation.Schedulers) != len(want) || len(want) > 0 && !slices.Equal(cfg.RequestTranslation.Schedulers, want) {
+			t.Errorf("%q: schedulers %q, want %q", args, cfg.RequestTranslation.Schedulers, want)
+		}
+		if got, wantOn := cfg.translationEnabled(), len(want) > 0; got != wantOn {
+			t.Errorf("%q: translation enabled %v, want %v", args, got, wantOn)
 		}
 	}
 }
