@@ -6,6 +6,8 @@
 // other drivers are not looked at. ResourceQuotas that limit a device
 // plugin resource name without the requests. prefix, which the API server
 // accepts but never enforces, are admitted with a warning (quota.go).
+// Beside it, the Mutator (mutate.go) is the mutating webhook of the request
+// translation for schedulers that cannot read DRA extended resources.
 package webhook
 
 import (
