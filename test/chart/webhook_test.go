@@ -62,7 +62,8 @@ func TestChartMutatingWebhooks(t *testing.T) {
 	}{
 		"default":         {schedulers: []string{"volcano"}, policy: admissionregistrationv1.Fail},
 		"two, Ignore":     {args: []string{"--set", "controller.requestTranslation.schedulers={volcano,kai-scheduler}", "--set", "controller.requestTranslation.failurePolicy=Ignore"}, schedulers: []string{"volcano", "kai-scheduler"}, policy: admissionregistrationv1.Ignore},
-		"off":             {args: []string{"--set", "controller.requestTranslation.schedulers=null"}},
+		"off":             {args: []string{"--set-json", "controller.requestTranslation.schedulers=[]"}},
+		"off by null":     {args: []string{"--set", "controller.requestTranslation.schedulers=null"}},
 		"webhook off too": {args: []string{"--set", "controller.webhook.enabled=false"}},
 	}
 	for name, tc := range tests {
