@@ -47,8 +47,11 @@ func main() {
 	kueueDir := flag.String("kueue-dir", "", "Kueue build (hack/kueue/build.sh --print-dir); empty skips the kueue part unless -run names it.")
 	kueueBuildLog := flag.String("kueue-build-log", "", "Log of a hack/kueue/build.sh running in the background: the kueue part waits for it.")
 	stateDir := flag.String("state-dir", "/tmp/gdd", "The local cluster's state directory (hack/cluster), where the kueue part keeps Kueue's files.")
+	volcano := flag.Bool("volcano", false, "Run the volcano part: Volcano runs beside the cluster (hack/volcano/up.sh).")
+	volcanoSkip := flag.String("volcano-skip", "", "Why Volcano could not start: the volcano part prints it and is skipped.")
 	flag.Parse()
-	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery, kueueDir: *kueueDir, kueueBuildLog: *kueueBuildLog, stateDir: *stateDir}
+	opts := options{kubectlGPU: *kubectlGPU, xid: *xid, recovery: *recovery, kueueDir: *kueueDir, kueueBuildLog: *kueueBuildLog, stateDir: *stateDir,
+		volcano: *volcano || *volcanoSkip != "", volcanoSkip: *volcanoSkip}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -65,6 +68,8 @@ type options struct {
 	kueueDir      string
 	kueueBuildLog string
 	stateDir      string
+	volcano       bool
+	volcanoSkip   string
 }
 
 type outcome struct {
@@ -87,7 +92,8 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 	}
 	withController, withHealth := run == "" || matchesAny("controller", run), run == "" || matchesAny("health", run)
 	withKueue := (run == "" && opts.kueueDir != "") || (run != "" && matchesAny("kueue", run))
-	if len(selected) == 0 && !withController && !withHealth && !withKueue {
+	withVolcano := opts.volcano && (run == "" || matchesAny("volcano", run))
+	if len(selected) == 0 && !withController && !withHealth && !withKueue && !withVolcano {
 		return fmt.Errorf("no scenario matches -run=%s", run)
 	}
 	cluster, err := scenarios.Connect(kubeconfig)
@@ -162,6 +168,9 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 		}
 	}
 
+	if withVolcano {
+		results = append(results, volcanoPart(ctx, r, opts))
+	}
 	if withKueue {
 		results = append(results, kueuePart(ctx, r, opts))
 	}

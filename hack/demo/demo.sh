@@ -25,11 +25,15 @@ fi
 go build -o bin/demo ./demo
 go build -o bin/ ./cmd/kubectl-gpu
 demo_up --set logVerbosity=2
+# Volcano for the volcano part (from ../shared/volcano; skipped, saying why, without it).
+demo_volcano_up
+volcano=(-volcano)
+[[ -z $DEMO_VOLCANO_SKIP ]] || volcano=(-volcano-skip "$DEMO_VOLCANO_SKIP")
 # Kueue for the kueue part, the last one: cached, built once, in the background
 # while the other parts run; the kueue part waits for it.
 demo_kueue_build_start
 rc=0
-./bin/demo -kueue-dir "$DEMO_KUEUE_DIR" -kueue-build-log "$DEMO_KUEUE_LOG" -state-dir "$GDD_STATE_DIR" "${args[@]}" || rc=$?
+./bin/demo -kueue-dir "$DEMO_KUEUE_DIR" -kueue-build-log "$DEMO_KUEUE_LOG" -state-dir "$GDD_STATE_DIR" "${volcano[@]}" "${args[@]}" || rc=$?
 if [[ ${KEEP:-} == 1 ]]; then
 	gdd_log "KEEP=1: the cluster keeps running. source $GDD_STATE_DIR/env; kubectl get pods -A; hack/cluster/down.sh"
 fi

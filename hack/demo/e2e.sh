@@ -32,6 +32,7 @@ trap on_exit EXIT
 demo_kueue_build_start
 # shellcheck disable=SC2119 # no extra helm arguments
 DEMO_CRASH_CHECK=1 demo_up
+demo_volcano_up
 gdd_log "running test/e2e"
 # Single-node tests use the first node (the others are cordoned while they run);
 # the fleet tests all of them.
@@ -39,5 +40,6 @@ E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_N
 	E2E_NODE=${GDD_NODE_NAMES%% *} E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \
 	E2E_KUEUE_DIR=$DEMO_KUEUE_DIR E2E_KUEUE_BUILD_LOG=$DEMO_KUEUE_LOG E2E_STATE_DIR=$GDD_STATE_DIR \
+	E2E_VOLCANO=$DEMO_VOLCANO E2E_VOLCANO_SKIP=$DEMO_VOLCANO_SKIP \
 	./bin/e2e.test -test.v -test.timeout 80m "$@" 2>&1 |
 	grep --line-buffered -vE '^=== (RUN|PAUSE|CONT)' || test "${PIPESTATUS[0]}" -eq 0

@@ -91,6 +91,21 @@ demo_up() {
 
 # demo_node_machine_args prints the helm arguments that give nodes of
 # DEMO_NODE_MACHINES their own simulated machine.
+# demo_volcano_up starts Volcano beside the cluster (hack/volcano/up.sh) and
+# sets DEMO_VOLCANO=1, or, where ../shared/volcano is absent, DEMO_VOLCANO_SKIP
+# to the reason, so that the Volcano parts say why they were skipped.
+# shellcheck disable=SC2034 # for the scripts that source this
+demo_volcano_up() {
+	DEMO_VOLCANO=0
+	DEMO_VOLCANO_SKIP=$(hack/volcano/up.sh --print-skip-reason)
+	if [[ -n $DEMO_VOLCANO_SKIP ]]; then
+		gdd_log "Volcano parts skipped: $DEMO_VOLCANO_SKIP"
+		return 0
+	fi
+	hack/volcano/up.sh --state-dir "$GDD_STATE_DIR" {DEMO_LOCK_FD}>&-
+	DEMO_VOLCANO=1
+}
+
 demo_node_machine_args() {
 	local entry node
 	for entry in ${DEMO_NODE_MACHINES//,/ }; do

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -23,6 +24,12 @@ const (
 	ReasonConflict = "DevicePluginConflict"
 	// ReasonResolved: the device plugin is gone; the devices are published.
 	ReasonResolved = "DevicePluginGone"
+	// ReasonDRAConflict: NVIDIA's DRA driver publishes ResourceSlices on the
+	// node (and no device plugin advertises GPUs); nothing is published.
+	ReasonDRAConflict = "NVIDIADRADriverConflict"
+	// ReasonDRAResolved: NVIDIA's DRA driver's slices are gone; the devices
+	// are published.
+	ReasonDRAResolved = "NVIDIADRADriverGone"
 )
 
 // Target publishes ResourceSlices; *kubeletplugin.Helper implements it.
@@ -41,15 +48,18 @@ type Options struct {
 }
 
 // Gate is a Target that passes publications on to Options.Target only while
-// no device plugin advertises GPUs on the node. Until the Node was read once
-// it publishes nothing.
+// no device plugin advertises GPUs on the node and NVIDIA's DRA driver
+// publishes no ResourceSlices there. Until the Node and the slices were read
+// once it publishes nothing.
 type Gate struct {
 	opts Options
 
 	mu        sync.Mutex
 	checked   bool
-	conflicts []string // sorted "name=quantity"; empty: none
-	withdrawn bool     // the empty publication of the conflict went through
+	plugin    []string // sorted "name=quantity"; empty: none
+	dra       []string // sorted DRADriverConflicts; empty: none
+	withdrawn bool     // the withdrawal of the conflict went through
+	passed    bool     // a publication went through to Options.Target
 	latest    *resourceslice.DriverResources
 }
 
@@ -62,18 +72,27 @@ func (g *Gate) PublishResources(ctx context.Context, resources resourceslice.Dri
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.latest = &resources
-	if !g.checked || len(g.conflicts) > 0 {
+	if !g.checked || g.inConflict() {
 		return nil
 	}
+	return g.publish(ctx, resources)
+}
+
+// publish passes resources on to Options.Target; g.mu is held.
+func (g *Gate) publish(ctx context.Context, resources resourceslice.DriverResources) error {
+	g.passed = true
 	return g.opts.Target.PublishResources(ctx, resources)
 }
 
-// Conflicts are the device plugin resources seen at the last read of the
-// Node, as name=quantity; empty when there are none.
+func (g *Gate) inConflict() bool { return len(g.plugin)+len(g.dra) > 0 }
+
+// Conflicts are the device plugin resources (name=quantity) and NVIDIA's
+// DRA driver's ResourceSlices seen at the last check; empty when there are
+// none.
 func (g *Gate) Conflicts() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.conflicts)
+	return slices.Concat(g.plugin, g.dra)
 }
 
 // Run reads the Node every Period until ctx is done.
@@ -115,25 +134,27 @@ func (g *Gate) check(ctx context.Context) {
 		}
 		return
 	}
-	conflicts := Conflicts(node)
+	nvidia, err := g.nvidiaSlices(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Error(err, "Reading NVIDIA's DRA driver's ResourceSlices failed; will retry")
+		}
+		return
+	}
+	plugin, dra := Conflicts(node), DRADriverConflicts(nvidia)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	changed := !g.checked || !slices.Equal(conflicts, g.conflicts)
-	wasConflict := g.checked && len(g.conflicts) > 0
-	g.checked, g.conflicts = true, conflicts
+	changed := !g.checked || !slices.Equal(plugin, g.plugin) || !slices.Equal(dra, g.dra)
+	wasConflict, wasPlugin := g.checked && g.inConflict(), len(g.plugin) > 0
+	g.checked, g.plugin, g.dra = true, plugin, dra
 	switch {
-	case len(conflicts) > 0:
+	case g.inConflict():
 		if changed {
 			g.withdrawn = false
-			msg := fmt.Sprintf("A device plugin advertises %s on this node: %s publishes no devices here, so that two drivers never hand out the same GPUs. "+
-				"Remove the device plugin from the node, or take %s off it (its node label), as docs/migration.md describes.",
-				strings.Join(conflicts, ", "), g.opts.DriverName, g.opts.DriverName)
-			logger.Error(nil, "Device plugin on this node; not publishing devices", "node", g.opts.NodeName, "resources", conflicts,
-				"fix", "remove the device plugin from the node or this driver's node label (docs/migration.md)")
-			g.event(ctx, node, corev1.EventTypeWarning, ReasonConflict, msg)
+			g.reportConflict(ctx, node)
 		}
 		if !g.withdrawn {
-			if err := g.opts.Target.PublishResources(ctx, resourceslice.DriverResources{}); err != nil {
+			if err := g.withdraw(ctx, nvidia); err != nil {
 				logger.Error(err, "Withdrawing ResourceSlices failed; will retry")
 				return
 			}
@@ -141,16 +162,58 @@ func (g *Gate) check(ctx context.Context) {
 		}
 	case changed:
 		if wasConflict {
-			logger.Info("Device plugin gone from this node; publishing devices", "node", g.opts.NodeName)
-			g.event(ctx, node, corev1.EventTypeNormal, ReasonResolved,
-				fmt.Sprintf("No device plugin advertises GPUs on this node any more: %s publishes its devices.", g.opts.DriverName))
+			reason, what := ReasonResolved, "device plugin advertises GPUs"
+			if !wasPlugin {
+				reason, what = ReasonDRAResolved, "ResourceSlices of NVIDIA's DRA driver are"
+			}
+			logger.Info("Conflict gone from this node; publishing devices", "node", g.opts.NodeName, "reason", reason)
+			g.event(ctx, node, corev1.EventTypeNormal, reason,
+				fmt.Sprintf("No %s on this node any more: %s publishes its devices.", what, g.opts.DriverName))
 		}
 		if g.latest != nil {
-			if err := g.opts.Target.PublishResources(ctx, *g.latest); err != nil {
+			if err := g.publish(ctx, *g.latest); err != nil {
 				logger.Error(err, "Publish ResourceSlices")
 			}
 		}
 	}
+}
+
+// reportConflict logs the conflict and records it on the Node; g.mu is held.
+func (g *Gate) reportConflict(ctx context.Context, node *corev1.Node) {
+	var found, remove []string
+	reason := ReasonDRAConflict
+	if len(g.plugin) > 0 {
+		reason = ReasonConflict
+		found = append(found, "a device plugin advertises "+strings.Join(g.plugin, ", "))
+		remove = append(remove, "the device plugin")
+	}
+	if len(g.dra) > 0 {
+		found = append(found, fmt.Sprintf("NVIDIA's DRA driver (%s) publishes %s", vocabulary.NVIDIADriverName, strings.Join(g.dra, ", ")))
+		remove = append(remove, "NVIDIA's DRA driver's kubelet plugin")
+	}
+	what, fix := strings.Join(found, "; and "), strings.Join(remove, " and ")
+	msg := fmt.Sprintf("On this node %s: %s publishes no devices here, so that two drivers never hand out the same GPUs. "+
+		"Remove %s from the node, or take %s off it (its node label), as docs/migration.md describes.",
+		what, g.opts.DriverName, fix, g.opts.DriverName)
+	klog.FromContext(ctx).Error(nil, "Another GPU driver on this node; not publishing devices", "node", g.opts.NodeName,
+		"devicePlugin", g.plugin, "nvidiaDRADriver", g.dra,
+		"fix", "remove "+fix+" from the node or this driver's node label (docs/migration.md)")
+	g.event(ctx, node, corev1.EventTypeWarning, reason, msg)
+}
+
+// withdraw takes this plugin's devices off the node; g.mu is held. It
+// publishes nothing through Options.Target, whose slice controller owns
+// every slice of the driver name on the node, when that name is NVIDIA's,
+// NVIDIA's plugin publishes there and nothing went through yet: an empty
+// publication would delete NVIDIA's slices too. Then this plugin's own
+// slices, left by an earlier run, are deleted directly (deleteOurs). Once
+// the controller runs it deletes NVIDIA's slices on its own whatever the
+// Gate does, so the two plugins fight over the pool (docs/migration.md).
+func (g *Gate) withdraw(ctx context.Context, nvidia []resourceapi.ResourceSlice) error {
+	if len(g.dra) > 0 && g.opts.DriverName == vocabulary.NVIDIADriverName && !g.passed {
+		return g.deleteOurs(ctx, nvidia)
+	}
+	return g.publish(ctx, resourceslice.DriverResources{})
 }
 
 // event records an event on the Node. Events are only written on changes,
@@ -164,7 +227,7 @@ func (g *Gate) event(ctx context.Context, node *corev1.Node, typ, reason, msg st
 		},
 		Reason: reason, Message: msg, Type: typ, Count: 1,
 		FirstTimestamp: now, LastTimestamp: now,
-		Source:              corev1.EventSource{Component: "dra-kubelet-plugin/" + g.opts.DriverName, Host: node.Name},
+		Source:              corev1.EventSource{Component: vocabulary.KubeletPluginAgent + "/" + g.opts.DriverName, Host: node.Name},
 		ReportingController: g.opts.DriverName + "/kubelet-plugin",
 		ReportingInstance:   node.Name,
 	}

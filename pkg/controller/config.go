@@ -109,6 +109,11 @@ type WebhookConfig struct {
 	// writing its response: a client that sends slowly or never finishes
 	// loses its connection.
 	RequestTimeout time.Duration
+	// QuotaResourceNames are the extended resource names the driver's
+	// DeviceClasses serve; ResourceQuotas limiting one without the
+	// requests. prefix get a warning, as those limiting a device plugin
+	// name do (webhook.QuotaNames).
+	QuotaResourceNames []string
 }
 
 // RequestTranslationConfig configures the request translation
@@ -154,6 +159,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 	fs.BoolVar(&c.Webhook.Enabled, "webhook", true, "Serve the validating admission webhook (every replica serves it; no leader election needed).")
 	fs.StringVar(&c.Webhook.Address, "webhook-address", ":8443", "HTTPS address of the admission webhook (path /validate).")
+	fs.StringSliceVar(&c.Webhook.QuotaResourceNames, "quota-resource-names", nil, "Extended resource names the driver's DeviceClasses serve (the chart passes extendedResourceName and extendedResources): a ResourceQuota limiting one without the requests. prefix, which is never enforced, is admitted with a warning, as one limiting nvidia.com/gpu is.")
 	fs.DurationVar(&c.Webhook.RequestTimeout, "webhook-request-timeout", 30*time.Second, "Bound on the TLS handshake, reading one webhook request and writing its response (the API server waits at most 30s for a webhook); slower clients are disconnected.")
 	fs.StringVar(&c.Webhook.CertFile, "tls-cert-file", "", "Serving certificate (PEM), e.g. from cert-manager; with --tls-key-file it turns self-managed TLS off. Reloaded when it changes.")
 	fs.StringVar(&c.Webhook.KeyFile, "tls-key-file", "", "Private key (PEM) of --tls-cert-file.")
@@ -227,6 +233,11 @@ func (c *Config) Validate() error {
 		w := &c.Webhook
 		if w.RequestTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("--webhook-request-timeout (%v) must be positive", w.RequestTimeout))
+		}
+		for _, name := range w.QuotaResourceNames {
+			if msgs := validation.IsQualifiedName(name); len(msgs) > 0 || !strings.Contains(name, "/") {
+				errs = append(errs, fmt.Errorf("--quota-resource-names: %q is not an extended resource name (domain/name): %s", name, strings.Join(msgs, "; ")))
+			}
 		}
 		if (w.CertFile == "") != (w.KeyFile == "") {
 			errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))

@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		}
 		goRun("webhook certificates", source.Run)
 		mux := http.NewServeMux()
-		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m))
+		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m, cfg.Webhook.QuotaResourceNames...))
 		if cfg.translationEnabled() {
 			mutator, synced := requestTranslation(ctx, client, cfg, m, goRun)
 			mux.Handle(webhook.MutatePath, mutator)

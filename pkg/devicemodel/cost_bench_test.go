@@ -2,6 +2,7 @@ package devicemodel_test
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -84,10 +85,15 @@ func clockAllocate(b *testing.B, c *at.Cluster, node string, req resourceapi.Dev
 // BenchmarkAllocatorCost is issue #14's allocator goal: the upstream
 // allocator's cost per claim on one DGX H100 node, full model (224 devices)
 // ÷ whole-GPU-only model (8 devices), at fill levels 0..8, one
-// sub-benchmark per fill level. Each iteration makes one call per model and
-// claim kind, interleaved so load from other processes falls on both sides
-// of each ratio, and ratios are of the median calls, so a preempted call
-// does not decide them. The denominator is always a whole-GPU claim on the
+// sub-benchmark per fill level. Each model is timed in phases of its own
+// (phased): a forced GC, then a block of rounds of that model's calls alone,
+// so each model pays the garbage collection of its own garbage only (timed
+// back to back, a cheap call after the full model's garbage-heavy calls
+// paid their GC: 2.4× for a withdrawn full node that equals the baseline,
+// 1.0× alone). The phases of all models take turns, block by block, so load
+// from other processes falls on every side of a ratio, and ratios are of
+// the median calls, so a preempted call does not decide them. The
+// denominator is always a whole-GPU claim on the
 // whole-GPU-only model: that model has no MIG devices or shares, and what
 // the goal prices is the full model against a node that publishes whole
 // GPUs only. A claim that does not fit (every kind at fill 8, MIG and
@@ -138,13 +144,15 @@ func costAtFill(b *testing.B, n *simnode.Node, fill int) []float64 {
 	base := costCluster(b, n, build(n, wholeGPUOnly()), fill, false)
 	full := build(n, devicemodel.Policy{})
 	models := []*at.Cluster{costCluster(b, n, full, fill, false), costCluster(b, n, full, fill, true)}
-	calls := []func() time.Duration{func() time.Duration { return timeAllocate(b, base, n.Name, costKinds[0].req) }}
+	phases := [][]func() time.Duration{{func() time.Duration { return timeAllocate(b, base, n.Name, costKinds[0].req) }}}
 	for _, c := range models {
+		var calls []func() time.Duration
 		for _, kind := range costKinds {
 			calls = append(calls, func() time.Duration { return timeAllocate(b, c, n.Name, kind.req) })
 		}
+		phases = append(phases, calls)
 	}
-	ns := interleaved(b, calls)
+	ns := slices.Concat(phased(b, phases, costBlock)...)
 	baseMedian := median(ns[0])
 	b.ReportMetric(float64(baseMedian.Nanoseconds())/1e3, "whole-only-us")
 	ns = ns[1:]
@@ -165,19 +173,40 @@ func build(n *simnode.Node, policy devicemodel.Policy) resourceslice.DriverResou
 	return devicemodel.Build(n.GPUs, devicemodel.Options{NodeName: n.Name, Policy: policy})
 }
 
-// interleaved makes each call once to warm the CEL cache and the
-// allocator's lazily built state, then b.N rounds of every call in turn, so
-// load from other processes falls on all of them alike; it returns each
-// call's durations.
-func interleaved(b *testing.B, calls []func() time.Duration) [][]time.Duration {
-	for _, call := range calls {
-		call()
+// costBlock is the number of rounds of one model's calls between two
+// forced collections: long enough that a phase's own garbage triggers its
+// own GC cycles, short enough that the models take turns many times in a
+// run.
+const costBlock = 20
+
+// phased makes each call once to warm the CEL cache and the allocator's
+// lazily built state, then b.N rounds of every call, in blocks: per block
+// each phase in turn gets a forced GC (outside the timed calls) and then
+// block rounds of its calls alone, interleaved among themselves. Garbage
+// one phase leaves is collected before the next phase starts, so a
+// phase's calls pay only the collections of their own garbage, and the
+// blocks spread load from other processes over all phases alike. It
+// returns each call's durations, per phase.
+func phased(b *testing.B, phases [][]func() time.Duration, block int) [][][]time.Duration {
+	ns := make([][][]time.Duration, len(phases))
+	for p, calls := range phases {
+		for _, call := range calls {
+			call()
+		}
+		ns[p] = make([][]time.Duration, len(calls))
 	}
-	ns := make([][]time.Duration, len(calls))
 	b.ResetTimer()
-	for range b.N {
-		for i, call := range calls {
-			ns[i] = append(ns[i], call())
+	for done := 0; done < b.N; done += block {
+		rounds := min(block, b.N-done)
+		for p, calls := range phases {
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
+			for range rounds {
+				for i, call := range calls {
+					ns[p][i] = append(ns[p][i], call())
+				}
+			}
 		}
 	}
 	b.StopTimer()

@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/staleclaims"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // CheckpointFile is the checkpoint's name inside the plugin data directory.
@@ -251,7 +252,7 @@ func kubeClient(cfg *Config) (kubernetes.Interface, error) {
 	if cfg.KubeClient != nil {
 		return cfg.KubeClient, nil
 	}
-	return cfg.Options.New(nil, "dra-kubelet-plugin/"+cfg.DriverName)
+	return cfg.Options.New(nil, vocabulary.KubeletPluginAgent+"/"+cfg.DriverName)
 }
 
 // staleReleaser releases the claims the kubelet will never unprepare; nil

@@ -81,3 +81,11 @@ const (
 
 // MemorySliceCounter names the counter of memory slice i of a GPU.
 func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
+
+// KubeletPluginAgent is the user agent prefix of the kubelet plugin's API
+// client, and so the field manager the API server records in the
+// managedFields of every ResourceSlice the plugin writes (it takes the user
+// agent up to its first '/' when a request names no field manager). The
+// coexistence guard tells the plugin's slices from those of NVIDIA's DRA
+// driver by it when both publish under NVIDIADriverName.
+const KubeletPluginAgent = "dra-kubelet-plugin"

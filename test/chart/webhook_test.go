@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,6 +103,52 @@ func TestChartMutatingWebhooks(t *testing.T) {
 				if !strings.Contains(out, "- "+arg+"\n") {
 					t.Errorf("controller args lack %s", arg)
 				}
+			}
+		})
+	}
+}
+
+// The extended resource names the chart's DeviceClasses serve beyond the
+// device plugin's reach the controller (--quota-resource-names) and the
+// quota webhook's matchCondition, exactly as pkg/controller/webhook renders
+// them for those names: a quota limiting example.com/gpu without requests.
+// is warned about like one limiting nvidia.com/gpu. Device plugin names are
+// left to the fixed pattern, so the default render carries no list.
+func TestChartQuotaResourceNames(t *testing.T) {
+	helmBinary(t)
+	for name, tc := range map[string]struct {
+		sets     []string
+		wantFlag string   // "": no --quota-resource-names
+		served   []string // what the classes serve, given to webhook.Webhooks
+	}{
+		"defaults":            {served: []string{"nvidia.com/gpu"}},
+		"device plugin names": {sets: []string{"extendedResources.timeslice=nvidia.com/gpu.shared", "extendedResources.migProfiles={1g.10gb}"}},
+		"names of other domains": {
+			sets:     []string{"extendedResourceName=example.com/gpu", "extendedResources.mps=example.com/mps", "extendedResources.timeslice=nvidia.com/gpu.shared"},
+			wantFlag: "--quota-resource-names=example.com/gpu,example.com/mps",
+			served:   []string{"example.com/gpu", "nvidia.com/gpu.shared", "example.com/mps"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var args []string
+			for _, s := range tc.sets {
+				args = append(args, "--set", s)
+			}
+			r := renderObjects(t, args...)
+			var flags []string
+			for _, a := range r.args["controller"] {
+				if strings.HasPrefix(a, "--quota-resource-names") {
+					flags = append(flags, a)
+				}
+			}
+			if want := []string{tc.wantFlag}; (tc.wantFlag == "" && len(flags) > 0) || (tc.wantFlag != "" && !slices.Equal(flags, want)) {
+				t.Errorf("controller flags %q, want %q", flags, tc.wantFlag)
+			}
+			want := webhook.Webhooks("gpu.dra.dev", admissionregistrationv1.WebhookClientConfig{
+				Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "rel-gpu-dra-driver-controller", Path: ptr.To(webhook.Path), Port: ptr.To[int32](443)},
+			}, admissionregistrationv1.Fail, 10, tc.served...)
+			if diff := cmp.Diff(want, r.webhooks); diff != "" {
+				t.Errorf("chart webhooks differ from pkg/controller/webhook.Webhooks (-want +got):\n%s", diff)
 			}
 		})
 	}

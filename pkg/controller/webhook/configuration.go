@@ -29,12 +29,13 @@ import (
 // is null.
 //
 // The last webhook sends ResourceQuotas (CREATE and UPDATE) whose spec.hard
-// names a device plugin resource without the requests. prefix; the handler
+// names a device plugin resource or one of quotaNames (QuotaNames filters
+// them as the handler does) without the requests. prefix; the handler
 // only warns about them. Its failurePolicy is always Ignore, whatever
 // failurePolicy says: a warning is not worth refusing a quota for, and under
 // Fail an outage of the controller would block creating namespaces' quotas
 // that name our resources.
-func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookClientConfig, failurePolicy admissionregistrationv1.FailurePolicyType, timeoutSeconds int32) []admissionregistrationv1.ValidatingWebhook {
+func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookClientConfig, failurePolicy admissionregistrationv1.FailurePolicyType, timeoutSeconds int32, quotaNames ...string) []admissionregistrationv1.ValidatingWebhook {
 	rule := func(resources []string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
 			Operations: ops,
@@ -59,7 +60,7 @@ func Webhooks(driverName string, clientConfig admissionregistrationv1.WebhookCli
 			AdmissionReviewVersions: []string{"v1"},
 		}
 	}
-	quotas := common("resourcequotas."+driverName, admissionregistrationv1.MatchCondition{Name: quotaConditionName, Expression: quotaCondition},
+	quotas := common("resourcequotas."+driverName, admissionregistrationv1.MatchCondition{Name: quotaConditionName, Expression: quotaCondition(QuotaNames(quotaNames))},
 		admissionregistrationv1.RuleWithOperations{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Rule: admissionregistrationv1.Rule{

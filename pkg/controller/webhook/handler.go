@@ -4,7 +4,8 @@
 // opaqueconfig.DecodeDefaultValidate (this driver's API and NVIDIA's) the kubelet plugin runs at prepare,
 // so a config that is admitted is a config the plugin accepts. Configs of
 // other drivers are not looked at. ResourceQuotas that limit a device
-// plugin resource name without the requests. prefix, which the API server
+// plugin resource name, or another extended resource name the driver's
+// DeviceClasses serve, without the requests. prefix, which the API server
 // accepts but never enforces, are admitted with a warning (quota.go).
 // Beside it, the Mutator (mutate.go) is the mutating webhook of the request
 // translation for schedulers that cannot read DRA extended resources.
@@ -42,12 +43,15 @@ const resourceGroup = "resource.k8s.io"
 type Handler struct {
 	driverName string
 	metrics    *metrics.Metrics
+	quotaNames []string // QuotaNames of the served extended resources
 }
 
 // NewHandler returns a handler that validates the configs addressed to
-// driverName. m may be nil.
-func NewHandler(driverName string, m *metrics.Metrics) *Handler {
-	return &Handler{driverName: driverName, metrics: metrics.OrNew(m)}
+// driverName. m may be nil. quotaNames are the extended resource names the
+// driver's DeviceClasses serve, whose unenforced quota keys are warned
+// about besides the device plugin's (quota.go).
+func NewHandler(driverName string, m *metrics.Metrics, quotaNames ...string) *Handler {
+	return &Handler{driverName: driverName, metrics: metrics.OrNew(m), quotaNames: QuotaNames(quotaNames)}
 }
 
 // ServeHTTP reads one AdmissionReview and writes the answer. A request that
@@ -133,7 +137,7 @@ func (h *Handler) admit(logger klog.Logger, req *admissionv1.AdmissionRequest) (
 		return allowed, ""
 	}
 	if req.Resource == quotasGVR {
-		return admitQuota(logger, req), ""
+		return h.admitQuota(logger, req), ""
 	}
 	kind, ok := kinds[req.Resource.Resource]
 	if !ok || req.Resource.Group != resourceGroup {

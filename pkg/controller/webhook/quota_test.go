@@ -44,8 +44,9 @@ const (
 // quotaCases are the spec.hard keys of ResourceQuotas and the warnings they
 // get, shared by the handler's and the matchCondition's tests.
 var quotaCases = map[string]struct {
-	names []string
-	want  []string
+	names  []string
+	served []string // NewHandler's and Webhooks' quotaNames
+	want   []string
 }{
 	"device plugin name without prefix":    {names: []string{"nvidia.com/gpu"}, want: []string{warnGPU}},
 	"limits prefix, accepted, not counted": {names: []string{"limits.nvidia.com/gpu"}, want: []string{warnLimitsGPU}},
@@ -62,6 +63,17 @@ var quotaCases = map[string]struct {
 	"other vendor's name":       {names: []string{"example.com/gpu", "nvidia.com/gpus", "nvidia.com/gpushared"}},
 	"standard and object count": {names: []string{"cpu", "requests.memory", "count/deployments.apps"}},
 	"empty hard":                {},
+	"name the chart's classes serve": {
+		names:  []string{"example.com/gpu", "limits.example.com/gpu", "requests.example.com/gpu", "example.com/other"},
+		served: []string{"example.com/gpu", "nvidia.com/gpu"},
+		want: []string{
+			`spec.hard[example.com/gpu]: not enforced (quota counts extended resources only with the "requests." prefix); use requests.example.com/gpu`,
+			`spec.hard[limits.example.com/gpu]: not enforced (quota counts extended resources only with the "requests." prefix); use requests.example.com/gpu`,
+		},
+	},
+	"served name, prefixed right":     {names: []string{"requests.example.com/gpu"}, served: []string{"example.com/gpu"}},
+	"served name only as a suffix":    {names: []string{"x.example.com/gpu", "example.com/gpu.x"}, served: []string{"example.com/gpu"}},
+	"device plugin names, served too": {names: []string{"nvidia.com/gpu"}, served: []string{"nvidia.com/gpu"}, want: []string{warnGPU}},
 }
 
 // TestQuotaWarnings: a ResourceQuota is always admitted; one whose spec.hard
@@ -75,7 +87,7 @@ func TestQuotaWarnings(t *testing.T) {
 				if op == admissionv1.Update {
 					old = quota()
 				}
-				code, resp, text := post(t, NewHandler(driver, nil), reviewJSON(t, op, quotasGVR, quota(tc.names...), old))
+				code, resp, text := post(t, NewHandler(driver, nil, tc.served...), reviewJSON(t, op, quotasGVR, quota(tc.names...), old))
 				if code != http.StatusOK {
 					t.Fatalf("HTTP %d: %s", code, text)
 				}
@@ -106,25 +118,25 @@ func TestQuotaWarnings(t *testing.T) {
 // the API server's matcher, calls the webhook exactly for the quotas that
 // get a warning, so the two spellings of the rule cannot drift apart.
 func TestQuotaMatchCondition(t *testing.T) {
-	whs := Webhooks(driver, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://example.com" + Path)}, admissionregistrationv1.Fail, 10)
-	i := slices.IndexFunc(whs, func(wh admissionregistrationv1.ValidatingWebhook) bool {
-		return wh.Rules[0].Resources[0] == quotasGVR.Resource
-	})
-	if i < 0 {
-		t.Fatal("no webhook for resourcequotas")
-	}
-	wh := whs[i]
-	if ptr.Deref(wh.FailurePolicy, "") != admissionregistrationv1.Ignore {
-		t.Errorf("quota webhook failurePolicy %v under Fail: want Ignore, a warning must never block a quota", ptr.Deref(wh.FailurePolicy, ""))
-	}
 	compiler := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-	if errs := compileConditions(compiler, wh, environment.NewExpressions).CompilationErrors(); len(errs) > 0 {
-		t.Fatalf("matchConditions %+v: %v", wh.MatchConditions, errs)
-	}
-	matcher := compileMatcher(compiler, wh)
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: quotasGVR.Resource}
 	for name, tc := range quotaCases {
 		t.Run(name, func(t *testing.T) {
+			whs := Webhooks(driver, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://example.com" + Path)}, admissionregistrationv1.Fail, 10, tc.served...)
+			i := slices.IndexFunc(whs, func(wh admissionregistrationv1.ValidatingWebhook) bool {
+				return wh.Rules[0].Resources[0] == quotasGVR.Resource
+			})
+			if i < 0 {
+				t.Fatal("no webhook for resourcequotas")
+			}
+			wh := whs[i]
+			if ptr.Deref(wh.FailurePolicy, "") != admissionregistrationv1.Ignore {
+				t.Errorf("quota webhook failurePolicy %v under Fail: want Ignore, a warning must never block a quota", ptr.Deref(wh.FailurePolicy, ""))
+			}
+			if errs := compileConditions(compiler, wh, environment.NewExpressions).CompilationErrors(); len(errs) > 0 {
+				t.Fatalf("matchConditions %+v: %v", wh.MatchConditions, errs)
+			}
+			matcher := compileMatcher(compiler, wh)
 			obj := quota(tc.names...)
 			if tc.names == nil {
 				obj.Spec.Hard = nil // no spec.hard at all
@@ -135,8 +147,17 @@ func TestQuotaMatchCondition(t *testing.T) {
 				Attributes: attrs, VersionedObject: admission.NewLazyObject(obj), VersionedKind: gvk,
 			}, nil, nil)
 			if want := len(tc.want) > 0; got.Error != nil || got.Matches != want {
-				t.Errorf("matches %v (error %v), want %v", got.Matches, got.Error, want)
+				t.Errorf("matches %v (error %v), want %v; condition %s", got.Matches, got.Error, want, wh.MatchConditions[0].Expression)
 			}
 		})
+	}
+}
+
+// TestQuotaNames: the names --quota-resource-names adds are those the
+// device plugin names do not cover, once each, in order.
+func TestQuotaNames(t *testing.T) {
+	got := QuotaNames([]string{"nvidia.com/gpu", "example.com/gpu", "", "nvidia.com/mig-1g.10gb", "example.com/mps", "example.com/gpu", "nvidia.com/gpu.shared"})
+	if want := []string{"example.com/gpu", "example.com/mps"}; !slices.Equal(got, want) {
+		t.Errorf("QuotaNames = %q, want %q", got, want)
 	}
 }

@@ -143,3 +143,19 @@ is not zero), else empty.
 {{- define "gpu-dra-driver.heartbeat" -}}
 {{- if not (regexMatch "^(0+(\\.0+)?(ms|s|m))+$" (toString .Values.kubeletPlugin.heartbeatPeriod)) }}true{{ end }}
 {{- end }}
+
+{{/*
+The extended resource names the DeviceClasses serve beyond the NVIDIA device
+plugin's names, as a JSON list: the controller's --quota-resource-names and
+the quota webhook's matchCondition (pkg/controller/webhook QuotaNames, which
+filters the same way). A ResourceQuota limiting one of them or a device plugin
+name without the requests. prefix gets a warning.
+*/}}
+{{- define "gpu-dra-driver.quotaResourceNames" -}}
+{{- $ext := default (dict) .Values.extendedResources }}
+{{- $names := list }}
+{{- range (list .Values.extendedResourceName $ext.mig $ext.timeslice $ext.mps) }}
+{{- if and . (not (regexMatch `^nvidia\.com/(gpu(\..*)?|mig-.*)$` .)) }}{{ $names = append $names . }}{{ end }}
+{{- end }}
+{{- uniq $names | toJson }}
+{{- end }}
