@@ -99,6 +99,12 @@ func TestChartMutatingWebhooks(t *testing.T) {
 			if diff := cmp.Diff(want, mwc.Webhooks); diff != "" {
 				t.Errorf("chart webhooks differ from pkg/controller/webhook.MutatingWebhooks (-want +got):\n%s", diff)
 			}
+			// Volcano Queues are translated too (quota per DeviceClass), on
+			// update as well, and they are cluster-scoped.
+			if n := len(mwc.Webhooks); n != 3 || mwc.Webhooks[2].Name != "queues.translate.gpu.dra.dev" ||
+				ptr.Deref(mwc.Webhooks[2].Rules[0].Scope, "") != admissionregistrationv1.ClusterScope || len(mwc.Webhooks[2].Rules[0].Operations) != 2 {
+				t.Errorf("want the queues webhook third, cluster-scoped, on CREATE and UPDATE: %+v", mwc.Webhooks)
+			}
 			for _, arg := range []string{"--request-translation-schedulers=" + strings.Join(tc.schedulers, ","), "--mutating-webhook-configuration-name=rel-gpu-dra-driver-request-translation"} {
 				if !strings.Contains(out, "- "+arg+"\n") {
 					t.Errorf("controller args lack %s", arg)

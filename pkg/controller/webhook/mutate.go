@@ -27,6 +27,9 @@ const MutatePath = "/mutate"
 var (
 	podsGVR = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
 	jobsGVR = metav1.GroupVersionResource{Group: "batch.volcano.sh", Version: "v1alpha1", Resource: "jobs"}
+	// Volcano Queues (cluster-scoped) are translated on create and update:
+	// their quota changes while they live.
+	queuesGVR = metav1.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "queues"}
 )
 
 // TranslationAnnotation is the annotation, under the driver name, in which
@@ -65,7 +68,7 @@ func NewMutator(driverName string, cfg TranslationConfig, m *metrics.Metrics) *M
 // when the object changes.
 func (h *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	serve(w, r, h.metrics, func(req *admissionv1.AdmissionRequest) string {
-		if req.Resource == podsGVR || req.Resource == jobsGVR {
+		if req.Resource == podsGVR || req.Resource == jobsGVR || req.Resource == queuesGVR {
 			return req.Resource.Resource
 		}
 		return "unknown"
@@ -80,7 +83,7 @@ func (h *Mutator) admit(r *http.Request, req *admissionv1.AdmissionRequest) (*ad
 	ctx := r.Context()
 	logger := klog.FromContext(ctx)
 	allowed := &admissionv1.AdmissionResponse{Allowed: true}
-	if req.Operation != admissionv1.Create || req.SubResource != "" {
+	if req.SubResource != "" || (req.Operation != admissionv1.Create && (req.Operation != admissionv1.Update || req.Resource != queuesGVR)) {
 		return allowed, ""
 	}
 	opts := requesttranslation.Options{
@@ -103,6 +106,12 @@ func (h *Mutator) admit(r *http.Request, req *admissionv1.AdmissionRequest) (*ad
 		res, err = requesttranslation.Pod(req.Object.Raw, h.cfg.Schedulers, annotation, opts)
 	case jobsGVR:
 		res, err = requesttranslation.Job(req.Object.Raw, h.cfg.Schedulers, annotation, opts)
+	case queuesGVR:
+		var old []byte
+		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+			old = req.OldObject.Raw
+		}
+		res, err = requesttranslation.Queue(req.Object.Raw, old, annotation, opts.Classes)
 	default:
 		logger.Error(nil, "Admission request for a resource the mutating webhook does not handle; check the webhook configuration's rules",
 			"resource", req.Resource, "name", req.Name, "namespace", req.Namespace)
@@ -141,6 +150,9 @@ func (h *Mutator) refuse(logger klog.Logger, req *admissionv1.AdmissionRequest, 
 	switch {
 	case errors.As(err, &e):
 		msg := fmt.Sprintf("%s: translating device requests for scheduler(s) %v: %v", h.driverName, h.cfg.Schedulers, err)
+		if req.Resource == queuesGVR {
+			msg = fmt.Sprintf("%s: translating the queue's device quota into DeviceClass quota: %v", h.driverName, err)
+		}
 		return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg,
 			[]metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field, Message: e.Message}}), metrics.ReasonInvalid
 	case errors.Is(err, requesttranslation.ErrDecode):

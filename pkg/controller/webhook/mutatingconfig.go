@@ -25,6 +25,13 @@ import (
 // an earlier translation). So an outage of the controller under
 // failurePolicy Fail refuses only those.
 //
+// Volcano Queues (scheduling.volcano.sh/v1beta1, cluster-scoped) are sent
+// on CREATE and UPDATE, all of them (a Queue has no scheduler), when
+// spec.capability, spec.deserved or spec.guarantee.resource has a
+// domain-qualified key (nvidia.com/gpu, or a deviceclass/ key the handler
+// may own) or the Queue carries the translation's annotation (so that a
+// stale one is removed).
+//
 // sideEffects is NoneOnDryRun: the handler creates ResourceClaimTemplates,
 // but not on dry-run requests.
 func MutatingWebhooks(driverName string, schedulers []string, clientConfig admissionregistrationv1.WebhookClientConfig, failurePolicy admissionregistrationv1.FailurePolicyType, timeoutSeconds int32) []admissionregistrationv1.MutatingWebhook {
@@ -32,14 +39,18 @@ func MutatingWebhooks(driverName string, schedulers []string, clientConfig admis
 		return nil
 	}
 	webhook := func(name string, gvr [3]string, condition string) admissionregistrationv1.MutatingWebhook {
+		ops, scope := []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, admissionregistrationv1.NamespacedScope
+		if gvr[2] == queuesGVR.Resource {
+			ops, scope = append(ops, admissionregistrationv1.Update), admissionregistrationv1.ClusterScope
+		}
 		return admissionregistrationv1.MutatingWebhook{
 			Name:         name + "." + driverName,
 			ClientConfig: clientConfig,
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Operations: ops,
 				Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{gvr[0]}, APIVersions: []string{gvr[1]}, Resources: []string{gvr[2]},
-					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+					Scope: ptr.To(scope),
 				},
 			}},
 			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: translateConditionName, Expression: condition}},
@@ -58,7 +69,15 @@ func MutatingWebhooks(driverName string, schedulers []string, clientConfig admis
 		webhook("jobs.translate", [3]string{jobsGVR.Group, jobsGVR.Version, jobsGVR.Resource},
 			fmt.Sprintf("object.?spec.?tasks.orValue([]).exists(t, (t.?template.?spec.?schedulerName.orValue('') != '' ? t.template.spec.schedulerName : object.?spec.?schedulerName.orValue('')) in %s && %s)",
 				list, specNeedsTranslation("t.?template.?spec"))),
+		webhook("queues.translate", [3]string{queuesGVR.Group, queuesGVR.Version, queuesGVR.Resource}, queueNeedsTranslation(driverName)),
 	}
+}
+
+// queueNeedsTranslation is true for a Queue with a domain-qualified key in
+// one of the resource lists the translation reads, or with its annotation.
+func queueNeedsTranslation(driverName string) string {
+	return fmt.Sprintf("[object.?spec.?capability.orValue({}), object.?spec.?deserved.orValue({}), object.?spec.?guarantee.?resource.orValue({})].exists(l, l.exists(k, k.contains('/'))) || '%s' in object.?metadata.?annotations.orValue({})",
+		TranslationAnnotation(driverName))
 }
 
 // translateConditionName is the name of the mutating webhooks' matchCondition.
