@@ -73,7 +73,7 @@ func TestQueue(t *testing.T) {
 			in:   queueYAML("capability: {cpu: 1}", capEntry),
 			want: "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: team, futureMeta: 1, annotations: {}}\nspec: {reclaimable: true, futureSpec: x, capability: {cpu: 1}}\n", ops: 1,
 		},
-		"the user's different key":      {in: queueYAML("capability: {nvidia.com/gpu: 4, deviceclass/gpu.dra.dev: 8}", ""), field: "spec.capability[deviceclass/gpu.dra.dev]"},
+		"the user's different key":       {in: queueYAML("capability: {nvidia.com/gpu: 4, deviceclass/gpu.dra.dev: 8}", ""), field: "spec.capability[deviceclass/gpu.dra.dev]"},
 		"the user's different deserved":  {in: queueYAML("deserved: {nvidia.com/gpu: 4, deviceclass/gpu.dra.dev: 2}", ""), field: "spec.deserved[deviceclass/gpu.dra.dev]"},
 		"update: the user edits the key": {in: queueYAML("capability: {nvidia.com/gpu: 4, deviceclass/gpu.dra.dev: '8'}", capEntry), old: queueYAML("capability: {nvidia.com/gpu: 4, deviceclass/gpu.dra.dev: '4'}", capEntry), field: "spec.capability[deviceclass/gpu.dra.dev]"},
 		"fraction":                       {in: queueYAML("guarantee: {resource: {nvidia.com/gpu: 1500m}}", ""), field: "spec.guarantee.resource[nvidia.com/gpu]"},

@@ -48,10 +48,18 @@ func mutator(t *testing.T, objs ...runtime.Object) (*Mutator, *fake.Clientset) {
 // object with the patch applied.
 func review(t *testing.T, h http.Handler, resource metav1.GroupVersionResource, obj string, dryRun bool) (*admissionv1.AdmissionResponse, map[string]any) {
 	t.Helper()
+	return reviewRequest(t, h, &admissionv1.AdmissionRequest{Resource: resource, Namespace: "team", Operation: admissionv1.Create,
+		Object: runtime.RawExtension{Raw: []byte(obj)}, DryRun: &dryRun})
+}
+
+// reviewRequest is review for any request.
+func reviewRequest(t *testing.T, h http.Handler, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, map[string]any) {
+	t.Helper()
+	req.UID = types.UID("u1")
+	obj := string(req.Object.Raw)
 	body, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: types.UID("u1"), Resource: resource, Namespace: "team", Operation: admissionv1.Create,
-			Object: runtime.RawExtension{Raw: []byte(obj)}, DryRun: &dryRun},
+		Request:  req,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +214,12 @@ func TestMutatingMatchConditions(t *testing.T) {
 		"job task with its own scheduler":           {wh: 1, obj: obj(strings.Replace(volcanoJob, `"template":{"spec":{`, `"template":{"spec":{"schedulerName":"default-scheduler",`, 1))},
 		"job without tasks' templates":              {wh: 1, obj: obj(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"name":"j"},"spec":{"schedulerName":"volcano","tasks":[{"replicas":1}]}}`)},
 		"job without spec":                          {wh: 1, obj: obj(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"name":"j"}}`)},
+		"queue with nvidia.com/gpu capability":      {wh: 2, obj: obj(gpuQueue), want: true},
+		"queue with a guarantee of deviceclass":     {wh: 2, obj: obj(`{"apiVersion":"scheduling.volcano.sh/v1beta1","kind":"Queue","metadata":{"name":"q"},"spec":{"guarantee":{"resource":{"deviceclass/gpu.dra.dev":1}}}}`), want: true},
+		"queue with deserved nvidia.com/gpu":        {wh: 2, obj: obj(`{"apiVersion":"scheduling.volcano.sh/v1beta1","kind":"Queue","metadata":{"name":"q"},"spec":{"deserved":{"nvidia.com/gpu":1}}}`), want: true},
+		"queue with the annotation only":            {wh: 2, obj: obj(`{"apiVersion":"scheduling.volcano.sh/v1beta1","kind":"Queue","metadata":{"name":"q","annotations":{"gpu.dra.dev/translated":"x"}},"spec":{"capability":{"cpu":1}}}`), want: true},
+		"queue with cpu only":                       {wh: 2, obj: obj(`{"apiVersion":"scheduling.volcano.sh/v1beta1","kind":"Queue","metadata":{"name":"q","annotations":{"a":"b"}},"spec":{"capability":{"cpu":1},"guarantee":{}}}`)},
+		"queue without spec":                        {wh: 2, obj: obj(`{"apiVersion":"scheduling.volcano.sh/v1beta1","kind":"Queue","metadata":{"name":"q"}}`)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
