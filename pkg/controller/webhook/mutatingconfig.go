@@ -39,9 +39,9 @@ func MutatingWebhooks(driverName string, schedulers []string, clientConfig admis
 		return nil
 	}
 	webhook := func(name string, gvr [3]string, condition string) admissionregistrationv1.MutatingWebhook {
-		ops, scope := []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, admissionregistrationv1.NamespacedScope
+		ops, scope, conditionName := []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, admissionregistrationv1.NamespacedScope, translateConditionName
 		if gvr[2] == queuesGVR.Resource {
-			ops, scope = append(ops, admissionregistrationv1.Update), admissionregistrationv1.ClusterScope
+			ops, scope, conditionName = append(ops, admissionregistrationv1.Update), admissionregistrationv1.ClusterScope, queueConditionName
 		}
 		return admissionregistrationv1.MutatingWebhook{
 			Name:         name + "." + driverName,
@@ -53,7 +53,7 @@ func MutatingWebhooks(driverName string, schedulers []string, clientConfig admis
 					Scope: ptr.To(scope),
 				},
 			}},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: translateConditionName, Expression: condition}},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: conditionName, Expression: condition}},
 			FailurePolicy:           ptr.To(failurePolicy),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
@@ -80,8 +80,12 @@ func queueNeedsTranslation(driverName string) string {
 		TranslationAnnotation(driverName))
 }
 
-// translateConditionName is the name of the mutating webhooks' matchCondition.
-const translateConditionName = "schedulerNeedsTranslation"
+// The names of the mutating webhooks' matchConditions: pods and Jobs,
+// Queues.
+const (
+	translateConditionName = "schedulerNeedsTranslation"
+	queueConditionName     = "quotaNeedsTranslation"
+)
 
 // schedulerList is schedulers as a CEL list of strings. Scheduler names
 // are DNS subdomains (Config.Validate), which need no escaping.
