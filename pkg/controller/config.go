@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -40,6 +41,10 @@ type Config struct {
 	HTTPAddress string
 
 	Webhook WebhookConfig
+	// RequestTranslation configures the mutating webhook that turns device
+	// plugin requests into ResourceClaims for schedulers that cannot read
+	// DRA extended resources (served beside the validating webhook).
+	RequestTranslation RequestTranslationConfig
 
 	// NodeLabels enables the GFD-compatible node labels.
 	NodeLabels bool
@@ -111,6 +116,25 @@ type WebhookConfig struct {
 	QuotaResourceNames []string
 }
 
+// RequestTranslationConfig configures the request translation
+// (pkg/requesttranslation, docs/migration.md "Volcano").
+type RequestTranslationConfig struct {
+	// Schedulers whose pods and Volcano Jobs are translated; empty: off.
+	Schedulers []string
+	// GangGuard adds a 1m cpu request to their pods with ResourceClaims and
+	// no cpu or memory, so that Volcano does not backfill them one by one.
+	GangGuard bool
+	// MutatingWebhookConfigurationName gets the CA bundle with
+	// self-managed TLS; empty: none.
+	MutatingWebhookConfigurationName string
+}
+
+// translationEnabled reports whether the request translation is served:
+// the webhook serves it.
+func (c *Config) translationEnabled() bool {
+	return c.Webhook.Enabled && len(c.RequestTranslation.Schedulers) > 0
+}
+
 // SelfManagedTLS reports whether the controller manages its own
 // certificates.
 func (w *WebhookConfig) SelfManagedTLS() bool { return w.CertFile == "" && w.KeyFile == "" }
@@ -146,6 +170,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Webhook.CAValidity, "ca-validity", certs.DefaultCAValidity, "Self-managed TLS: lifetime of the CA; a new one is made after two thirds of it.")
 	fs.DurationVar(&c.Webhook.CertValidity, "cert-validity", certs.DefaultCertValidity, "Self-managed TLS: lifetime of the serving certificate; a new one is made after two thirds of it.")
 	fs.DurationVar(&c.Webhook.CAPropagationDelay, "ca-propagation-delay", certs.DefaultPropagationDelay, "Self-managed TLS: how long a new CA is in the webhook configuration's bundle before serving certificates it signed are used, so that every API server trusts them.")
+
+	fs.StringSliceVar(&c.RequestTranslation.Schedulers, "request-translation-schedulers", []string{"volcano"}, "Schedulers (spec.schedulerName) that cannot read DRA extended resources: the webhook (path /mutate) turns their pods' and Volcano Jobs' requests for a name a DeviceClass serves (nvidia.com/gpu) into ResourceClaims (docs/migration.md). Empty: off. Needs --webhook.")
+	fs.BoolVar(&c.RequestTranslation.GangGuard, "request-translation-gang-guard", true, "With --request-translation-schedulers: add a 1m cpu request to their pods (and Job task templates) that have ResourceClaims but no cpu or memory, so that Volcano does not take them for best-effort pods and backfill a gang one pod at a time.")
+	fs.StringVar(&c.RequestTranslation.MutatingWebhookConfigurationName, "mutating-webhook-configuration-name", "", "Self-managed TLS: MutatingWebhookConfiguration of the request translation whose webhooks get the CA bundle; empty: none.")
 
 	fs.BoolVar(&c.NodeLabels, "node-labels", true, "Label nodes with GPU Feature Discovery's labels, derived from the driver's ResourceSlices (leader only).")
 	fs.BoolVar(&c.ModelDeviceClasses, "model-device-classes", false, "Keep one DeviceClass per GPU model in the cluster, e.g. nvidia-h100-80gb-hbm3.<driver-name> (leader only).")
@@ -194,6 +222,11 @@ func (c *Config) Validate() error {
 		}
 		if c.OutageMassLapseMinNodes < 1 {
 			errs = append(errs, fmt.Errorf("--outage-mass-lapse-min-nodes (%d) must be at least 1", c.OutageMassLapseMinNodes))
+		}
+	}
+	for _, s := range c.RequestTranslation.Schedulers {
+		if msgs := validation.IsDNS1123Subdomain(s); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--request-translation-schedulers: %q is not a scheduler name: %s", s, strings.Join(msgs, "; ")))
 		}
 	}
 	if c.Webhook.Enabled {

@@ -28,6 +28,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"                // client-go request metrics
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue metrics
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
@@ -117,6 +118,18 @@ func Run(ctx context.Context, cfg *Config) error {
 		goRun("webhook certificates", source.Run)
 		mux := http.NewServeMux()
 		mux.Handle(webhook.Path, webhook.NewHandler(cfg.DriverName, m, cfg.Webhook.QuotaResourceNames...))
+		if cfg.translationEnabled() {
+			mutator, synced := requestTranslation(ctx, client, cfg, m, goRun)
+			mux.Handle(webhook.MutatePath, mutator)
+			readyChecks = append(readyChecks, healthz.NamedCheck("request-translation-deviceclasses", func(*http.Request) error {
+				if !synced() {
+					return errors.New("DeviceClasses not synced yet")
+				}
+				return nil
+			}))
+		} else if len(cfg.RequestTranslation.Schedulers) > 0 {
+			logger.Info("Request translation off: it is served by the webhook, which is off", "schedulers", cfg.RequestTranslation.Schedulers)
+		}
 		mux.Handle(webhookProbePath, webhookProbeHandler)
 		srv := &http.Server{
 			Handler:   withLogger(mux, logger.WithName("webhook")),
@@ -146,7 +159,7 @@ func Run(ctx context.Context, cfg *Config) error {
 			webhookServingCheck(ln.Addr()))
 		servers = append(servers, srv)
 		logger.Info("Serving admission webhook", "address", ln.Addr().String(), "path", webhook.Path,
-			"selfManagedTLS", cfg.Webhook.SelfManagedTLS())
+			"selfManagedTLS", cfg.Webhook.SelfManagedTLS(), "requestTranslationSchedulers", cfg.RequestTranslation.Schedulers)
 		goRun("webhook server", func(context.Context) error {
 			serving.Store(true)
 			defer serving.Store(false)
@@ -214,6 +227,28 @@ func Run(ctx context.Context, cfg *Config) error {
 	return cause
 }
 
+// requestTranslation returns the mutating handler of the request
+// translation and whether its DeviceClass informer has synced; goRun runs
+// the informer. Every replica serves it, so every replica watches all
+// DeviceClasses (few, small objects).
+func requestTranslation(ctx context.Context, client kubernetes.Interface, cfg *Config, m *metrics.Metrics, goRun func(string, func(context.Context) error)) (http.Handler, func() bool) {
+	classes := extendedresourcecache.NewExtendedResourceCache(klog.FromContext(ctx).WithName("request-translation"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	// Synced once the cache has seen every DeviceClass of the initial list
+	// (the registration's, not the informer's, HasSynced). It cannot fail
+	// on an informer that has not started.
+	registration, _ := factory.Resource().V1().DeviceClasses().Informer().AddEventHandler(classes)
+	goRun("request translation DeviceClass informer", func(ctx context.Context) error {
+		factory.Start(ctx.Done())
+		<-ctx.Done()
+		factory.Shutdown()
+		return nil
+	})
+	return webhook.NewMutator(cfg.DriverName, webhook.TranslationConfig{
+		Schedulers: cfg.RequestTranslation.Schedulers, GangGuard: cfg.RequestTranslation.GangGuard, Classes: classes, Client: client,
+	}, m), registration.HasSynced
+}
+
 func clients(cfg *Config) (kubernetes.Interface, error) {
 	if cfg.KubeClient != nil {
 		return cfg.KubeClient, nil
@@ -230,12 +265,22 @@ func certSource(client kubernetes.Interface, cfg *Config, m *metrics.Metrics) (c
 		Namespace:         cfg.Namespace,
 		SecretName:        w.SecretName,
 		WebhookConfigName: w.ConfigurationName,
-		DNSNames:          certs.ServiceDNSNames(w.ServiceName, cfg.Namespace, w.ClusterDomain),
-		CAValidity:        w.CAValidity,
-		CertValidity:      w.CertValidity,
-		PropagationDelay:  w.CAPropagationDelay,
-		Metrics:           m,
+		// Only when the translation is served: the chart renders that
+		// configuration only then.
+		MutatingWebhookConfigName: mutatingConfigName(cfg),
+		DNSNames:                  certs.ServiceDNSNames(w.ServiceName, cfg.Namespace, w.ClusterDomain),
+		CAValidity:                w.CAValidity,
+		CertValidity:              w.CertValidity,
+		PropagationDelay:          w.CAPropagationDelay,
+		Metrics:                   m,
 	})
+}
+
+func mutatingConfigName(cfg *Config) string {
+	if !cfg.translationEnabled() {
+		return ""
+	}
+	return cfg.RequestTranslation.MutatingWebhookConfigurationName
 }
 
 func listen(ln net.Listener, address string) (net.Listener, error) {

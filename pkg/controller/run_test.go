@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,9 +23,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
@@ -74,6 +77,9 @@ func TestValidate(t *testing.T) {
 		"quota resource names":               {args: []string{"--namespace=gpu", "--quota-resource-names=example.com/gpu,nvidia.com/gpu"}},
 		"quota resource name without domain": {args: []string{"--namespace=gpu", "--quota-resource-names=example.com/gpu,gpu"}, wantErr: `--quota-resource-names: "gpu" is not an extended resource name`},
 		"quota resource name invalid":        {args: []string{"--namespace=gpu", "--quota-resource-names=example.com/gpu'"}, wantErr: "--quota-resource-names"},
+		"translation for two schedulers":     {args: []string{"--namespace=gpu", "--request-translation-schedulers=volcano,kai-scheduler"}},
+		"translation off":                    {args: []string{"--namespace=gpu", "--request-translation-schedulers="}},
+		"bad scheduler name":                 {args: []string{"--namespace=gpu", "--request-translation-schedulers=volcano,Bad'name"}, wantErr: `--request-translation-schedulers: "Bad'name" is not a scheduler name`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -124,8 +130,13 @@ func TestRun(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-driver-webhook"},
 			Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "claims.gpu.dra.dev"}},
 		},
+		&admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-driver-request-translation"},
+			Webhooks:   []admissionregistrationv1.MutatingWebhook{{Name: "pods.translate.gpu.dra.dev"}},
+		},
+		&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.dra.dev"}, Spec: resourceapi.DeviceClassSpec{ExtendedResourceName: ptr.To("nvidia.com/gpu")}},
 	)
-	cfg := defaults(t, "--namespace="+ns, "--model-device-classes", "--leader-elect-identity=test")
+	cfg := defaults(t, "--namespace="+ns, "--model-device-classes", "--leader-elect-identity=test", "--mutating-webhook-configuration-name=gpu-dra-driver-request-translation")
 	cfg.KubeClient = client
 	webhookLn, httpLn := localListener(t), localListener(t)
 	cfg.WebhookListener, cfg.HTTPListener = webhookLn, httpLn
@@ -171,6 +182,31 @@ func TestRun(t *testing.T) {
 		t.Errorf("TLS Secret: %v", err)
 	}
 
+	// The request translation, on /mutate by default for volcano, with the
+	// CA bundle in its configuration.
+	poll(t, "CA bundle in the mutating webhook configuration", func() bool {
+		mwc, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "gpu-dra-driver-request-translation", metav1.GetOptions{})
+		return err == nil && len(mwc.Webhooks[0].ClientConfig.CABundle) > 0
+	})
+	podReview := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"2","operation":"CREATE","namespace":"team",
+		"resource":{"group":"","version":"v1","resource":"pods"},
+		"object":{"metadata":{"name":"p"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}}}}`
+	resp, err = hc.Post("https://"+webhookLn.Addr().String()+"/mutate", "application/json", strings.NewReader(podReview))
+	if err != nil {
+		t.Fatalf("mutating webhook over TLS: %v", err)
+	}
+	out = admissionv1.AdmissionReview{}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if out.Response == nil || !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), "gpu.dra.dev-x2") {
+		t.Fatalf("mutating webhook response %+v", out.Response)
+	}
+	if _, err := client.ResourceV1().ResourceClaimTemplates("team").Get(ctx, "gpu.dra.dev-x2", metav1.GetOptions{}); err != nil {
+		t.Errorf("translation's ResourceClaimTemplate: %v", err)
+	}
+
 	// The leader labels nodes and creates model classes.
 	for i, s := range simnode.New(t, "l4x4", "node-a").Slices("gpu.dra.dev") {
 		s.Name = fmt.Sprintf("node-a-%d", i)
@@ -197,6 +233,7 @@ func TestRun(t *testing.T) {
 		`gpu_dra_controller_admission_rejections_total{reason="invalid",resource="resourceclaims"} `,
 		`gpu_dra_controller_admission_duration_seconds_count{allowed="false",resource="resourceclaims"} `,
 		`gpu_dra_controller_node_labels_written_total{action="set"} `,
+		`gpu_dra_controller_request_translations_total{resource="pods"} `,
 		`gpu_dra_controller_webhook_certificates_generated_total{kind="serving"} `,
 		`gpu_dra_controller_model_deviceclass_changes_total{action="create"} `,
 		`leader_election_master_status{name="gpu-dra-controller"} 1`,
@@ -422,6 +459,28 @@ func TestHealthEndpoints(t *testing.T) {
 				t.Fatalf("%s: %d %q, want %d with %q", tc.path, code, body, tc.wantCode, tc.want)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// The chart renders --request-translation-schedulers= (empty) to turn the
+// translation off, and a comma-separated list otherwise.
+func TestRequestTranslationFlags(t *testing.T) {
+	for args, want := range map[string][]string{
+		"":                                  {"volcano"},
+		"--request-translation-schedulers=": nil,
+		"--request-translation-schedulers=volcano,kai-scheduler": {"volcano", "kai-scheduler"},
+	} {
+		var argv []string
+		if args != "" {
+			argv = []string{args}
+		}
+		cfg := defaults(t, append(argv, "--namespace=gpu")...)
+		if len(cfg.RequestTranslation.Schedulers) != len(want) || len(want) > 0 && !slices.Equal(cfg.RequestTranslation.Schedulers, want) {
+			t.Errorf("%q: schedulers %q, want %q", args, cfg.RequestTranslation.Schedulers, want)
+		}
+		if got, wantOn := cfg.translationEnabled(), len(want) > 0; got != wantOn {
+			t.Errorf("%q: translation enabled %v, want %v", args, got, wantOn)
 		}
 	}
 }

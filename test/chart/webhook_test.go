@@ -51,6 +51,69 @@ func TestChartWebhooks(t *testing.T) {
 	}
 }
 
+// The chart's MutatingWebhookConfiguration (request translation) is the one
+// pkg/controller/webhook.MutatingWebhooks defines for the chart's scheduler
+// list, and is not rendered when the list is empty; its RBAC comes with it.
+func TestChartMutatingWebhooks(t *testing.T) {
+	helmBinary(t)
+	tests := map[string]struct {
+		args       []string
+		schedulers []string
+		policy     admissionregistrationv1.FailurePolicyType
+	}{
+		"default":         {schedulers: []string{"volcano"}, policy: admissionregistrationv1.Fail},
+		"two, Ignore":     {args: []string{"--set", "controller.requestTranslation.schedulers={volcano,kai-scheduler}", "--set", "controller.requestTranslation.failurePolicy=Ignore"}, schedulers: []string{"volcano", "kai-scheduler"}, policy: admissionregistrationv1.Ignore},
+		"off":             {args: []string{"--set-json", "controller.requestTranslation.schedulers=[]"}},
+		"off by null":     {args: []string{"--set", "controller.requestTranslation.schedulers=null"}},
+		"webhook off too": {args: []string{"--set", "controller.webhook.enabled=false"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "rel", chartDir, "-n", "ns"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mwc *admissionregistrationv1.MutatingWebhookConfiguration
+			for _, doc := range strings.Split(out, "\n---") {
+				if !strings.Contains(doc, "\nkind: MutatingWebhookConfiguration\n") {
+					continue
+				}
+				mwc = &admissionregistrationv1.MutatingWebhookConfiguration{}
+				if err := yaml.UnmarshalStrict([]byte(doc), mwc); err != nil {
+					t.Fatalf("%v in:\n%s", err, doc)
+				}
+			}
+			rbac := strings.Contains(out, "resources: [resourceclaimtemplates]\n  verbs: [get, create]")
+			if len(tc.schedulers) == 0 {
+				if mwc != nil || rbac {
+					t.Errorf("translation off, but MutatingWebhookConfiguration %v, template RBAC %v", mwc != nil, rbac)
+				}
+				return
+			}
+			if mwc == nil || mwc.Name != "rel-gpu-dra-driver-request-translation" || !rbac {
+				t.Fatalf("MutatingWebhookConfiguration %+v, template RBAC %v", mwc, rbac)
+			}
+			want := webhook.MutatingWebhooks("gpu.dra.dev", tc.schedulers, admissionregistrationv1.WebhookClientConfig{
+				Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "rel-gpu-dra-driver-controller", Path: ptr.To(webhook.MutatePath), Port: ptr.To[int32](443)},
+			}, tc.policy, 10)
+			if diff := cmp.Diff(want, mwc.Webhooks); diff != "" {
+				t.Errorf("chart webhooks differ from pkg/controller/webhook.MutatingWebhooks (-want +got):\n%s", diff)
+			}
+			// Volcano Queues are translated too (quota per DeviceClass), on
+			// update as well, and they are cluster-scoped.
+			if n := len(mwc.Webhooks); n != 3 || mwc.Webhooks[2].Name != "queues.translate.gpu.dra.dev" ||
+				ptr.Deref(mwc.Webhooks[2].Rules[0].Scope, "") != admissionregistrationv1.ClusterScope || len(mwc.Webhooks[2].Rules[0].Operations) != 2 {
+				t.Errorf("want the queues webhook third, cluster-scoped, on CREATE and UPDATE: %+v", mwc.Webhooks)
+			}
+			for _, arg := range []string{"--request-translation-schedulers=" + strings.Join(tc.schedulers, ","), "--mutating-webhook-configuration-name=rel-gpu-dra-driver-request-translation"} {
+				if !strings.Contains(out, "- "+arg+"\n") {
+					t.Errorf("controller args lack %s", arg)
+				}
+			}
+		})
+	}
+}
+
 // The extended resource names the chart's DeviceClasses serve beyond the
 // device plugin's reach the controller (--quota-resource-names) and the
 // quota webhook's matchCondition, exactly as pkg/controller/webhook renders

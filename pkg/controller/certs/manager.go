@@ -1,7 +1,7 @@
 // Package certs provides the webhook's serving certificate, either
 // self-managed (Manager: a CA and a serving certificate kept in a Secret,
 // rotated before they expire, with the CA bundle patched into the
-// ValidatingWebhookConfiguration) or read from files that cert-manager
+// Validating- and MutatingWebhookConfiguration) or read from files that cert-manager
 // writes (FileSource).
 package certs
 
@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +64,10 @@ type Config struct {
 	// WebhookConfigName is the ValidatingWebhookConfiguration whose
 	// webhooks get the CA bundle; empty leaves the bundle to someone else.
 	WebhookConfigName string
+	// MutatingWebhookConfigName is the MutatingWebhookConfiguration
+	// (request translation) whose webhooks get the CA bundle too; empty:
+	// none.
+	MutatingWebhookConfigName string
 	// DNSNames are the serving certificate's names: the webhook Service's
 	// (see ServiceDNSNames).
 	DNSNames []string
@@ -169,7 +174,7 @@ func (m *Manager) Reconcile(ctx context.Context) (time.Duration, error) {
 	// certificates stay on the CA it already trusts.
 	installed := true
 	var bundleErr error
-	if m.cfg.WebhookConfigName != "" && cur != nil && len(cur.cas) > 0 {
+	if m.hasBundleTargets() && cur != nil && len(cur.cas) > 0 {
 		installed, bundleErr = m.bundleInstalled(ctx, cur.cas[0].Raw)
 	}
 	plan, err := m.cfg.plan(cur, planInput{now: now, dnsNames: m.cfg.DNSNames, caInstalled: installed})
@@ -195,7 +200,7 @@ func (m *Manager) Reconcile(ctx context.Context) (time.Duration, error) {
 	if err := m.load(plan.next.serving); err != nil {
 		return 0, err
 	}
-	if m.cfg.WebhookConfigName != "" {
+	if m.hasBundleTargets() {
 		bundle, err := certutil.EncodeCertificates(plan.next.cas...)
 		if err != nil {
 			return 0, fmt.Errorf("encode CA bundle: %w", err)
@@ -256,53 +261,129 @@ func (m *Manager) writeSecret(ctx context.Context, existing *corev1.Secret, s *s
 	return nil
 }
 
-// bundleInstalled reports whether every webhook of the configuration
+func (m *Manager) hasBundleTargets() bool {
+	return m.cfg.WebhookConfigName != "" || m.cfg.MutatingWebhookConfigName != ""
+}
+
+// bundleTarget is one webhook configuration that gets the CA bundle: its
+// kind and name, and how to read and write it.
+type bundleTarget struct {
+	kind, name string
+	// clientConfigs returns the client configs of the current object,
+	// for reading and changing in place.
+	clientConfigs func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, error)
+	// update writes the object clientConfigs last returned.
+	update func(ctx context.Context) error
+}
+
+// configTarget is the bundleTarget of a webhook configuration of type T.
+func configTarget[T any](kind, name string,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	clientConfigs func(T) []*admissionregistrationv1.WebhookClientConfig) bundleTarget {
+	var current T
+	return bundleTarget{
+		kind: kind, name: name,
+		clientConfigs: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, error) {
+			obj, err := get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("get %s %s: %w", kind, name, err)
+			}
+			current = obj
+			return clientConfigs(obj), nil
+		},
+		update: func(ctx context.Context) error {
+			if _, err := update(ctx, current, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update CA bundle of %s %s: %w", kind, name, err)
+			}
+			return nil
+		},
+	}
+}
+
+// bundleTargets are the webhook configurations that get the CA bundle.
+func (m *Manager) bundleTargets() []bundleTarget {
+	var targets []bundleTarget
+	api := m.client.AdmissionregistrationV1()
+	if name := m.cfg.WebhookConfigName; name != "" {
+		targets = append(targets, configTarget("ValidatingWebhookConfiguration", name,
+			api.ValidatingWebhookConfigurations().Get, api.ValidatingWebhookConfigurations().Update,
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var out []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					out = append(out, &c.Webhooks[i].ClientConfig)
+				}
+				return out
+			}))
+	}
+	if name := m.cfg.MutatingWebhookConfigName; name != "" {
+		targets = append(targets, configTarget("MutatingWebhookConfiguration", name,
+			api.MutatingWebhookConfigurations().Get, api.MutatingWebhookConfigurations().Update,
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var out []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					out = append(out, &c.Webhooks[i].ClientConfig)
+				}
+				return out
+			}))
+	}
+	return targets
+}
+
+// bundleInstalled reports whether every webhook of the configurations
 // trusts the CA (DER).
 func (m *Manager) bundleInstalled(ctx context.Context, caDER []byte) (bool, error) {
-	vwc, err := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, m.cfg.WebhookConfigName, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
-	}
-	for _, wh := range vwc.Webhooks {
-		cas, err := certutil.ParseCertsPEM(wh.ClientConfig.CABundle)
+	for _, t := range m.bundleTargets() {
+		ccs, err := t.clientConfigs(ctx)
 		if err != nil {
-			return false, nil
+			return false, err
 		}
-		found := false
-		for _, c := range cas {
-			found = found || bytes.Equal(c.Raw, caDER)
-		}
-		if !found {
-			return false, nil
+		for _, cc := range ccs {
+			cas, err := certutil.ParseCertsPEM(cc.CABundle)
+			if err != nil {
+				return false, nil
+			}
+			found := false
+			for _, c := range cas {
+				found = found || bytes.Equal(c.Raw, caDER)
+			}
+			if !found {
+				return false, nil
+			}
 		}
 	}
 	return true, nil
 }
 
-// patchBundle sets the CA bundle of every webhook of the configuration.
+// patchBundle sets the CA bundle of every webhook of the configurations.
 func (m *Manager) patchBundle(ctx context.Context, bundle []byte) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		client := m.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-		vwc, err := client.Get(ctx, m.cfg.WebhookConfigName, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
-		}
-		changed := false
-		for i := range vwc.Webhooks {
-			if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, bundle) {
-				vwc.Webhooks[i].ClientConfig.CABundle = bundle
-				changed = true
+	for _, t := range m.bundleTargets() {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			ccs, err := t.clientConfigs(ctx)
+			if err != nil {
+				return err
 			}
-		}
-		if !changed {
+			changed := false
+			for _, cc := range ccs {
+				if !bytes.Equal(cc.CABundle, bundle) {
+					cc.CABundle = bundle
+					changed = true
+				}
+			}
+			if !changed {
+				return nil
+			}
+			if err := t.update(ctx); err != nil {
+				return err
+			}
+			klog.FromContext(ctx).Info("Updated CA bundle", "kind", t.kind, "name", t.name, "webhooks", len(ccs))
 			return nil
+		})
+		if err != nil {
+			return err
 		}
-		if _, err := client.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update CA bundle of ValidatingWebhookConfiguration %s: %w", m.cfg.WebhookConfigName, err)
-		}
-		klog.FromContext(ctx).Info("Updated CA bundle", "validatingWebhookConfiguration", m.cfg.WebhookConfigName, "webhooks", len(vwc.Webhooks))
-		return nil
-	})
+	}
+	return nil
 }
 
 // Run reconciles when the Secret or the webhook configuration changes, when
@@ -341,6 +422,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		vwcs.Start(ctx.Done())
 		defer vwcs.Shutdown()
+	}
+	if m.cfg.MutatingWebhookConfigName != "" {
+		mwcs := informers.NewSharedInformerFactoryWithOptions(m.client, 0, byName(m.cfg.MutatingWebhookConfigName))
+		informer := mwcs.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+		if _, err := informer.AddEventHandler(handler); err != nil {
+			return err
+		}
+		mwcs.Start(ctx.Done())
+		defer mwcs.Shutdown()
 	}
 
 	backoff := time.Second

@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -534,4 +535,29 @@ func mustPEM(t *testing.T, key crypto.PrivateKey) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The request translation's MutatingWebhookConfiguration gets the same CA
+// bundle as the validating one.
+func TestManagerPatchesMutatingWebhookConfig(t *testing.T) {
+	const mwcName = "gpu-dra-driver-request-translation"
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: mwcName},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			{Name: "pods.translate.gpu.dra.dev"}, {Name: "jobs.translate.gpu.dra.dev"},
+		},
+	}
+	f := newFixture(t, webhookConfig(), mwc)
+	f.cfg.MutatingWebhookConfigName = mwcName
+	reconcile(t, f.manager(t))
+	want := f.secret(t).Data[KeyCABundle]
+	got, err := f.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), mwcName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wh := range got.Webhooks {
+		if !bytes.Equal(wh.ClientConfig.CABundle, want) {
+			t.Errorf("webhook %s: CA bundle %q, want the Secret's %q", wh.Name, wh.ClientConfig.CABundle, want)
+		}
+	}
 }

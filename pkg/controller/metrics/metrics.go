@@ -22,6 +22,9 @@ const (
 	ReasonDecode = "decode"
 	// ReasonBadRequest: the AdmissionReview itself could not be read.
 	ReasonBadRequest = "bad_request"
+	// ReasonInternal: the mutating webhook could not do what the object
+	// needs (an API call for a ResourceClaimTemplate failed).
+	ReasonInternal = "internal"
 )
 
 // Node label write actions.
@@ -39,6 +42,13 @@ type Metrics struct {
 	// AdmissionRejections counts denied or unreadable admissions by resource
 	// and reason (invalid, decode, bad_request).
 	AdmissionRejections *metrics.CounterVec
+	// RequestTranslations counts objects whose device plugin requests the
+	// mutating webhook translated into ResourceClaims (or to which it
+	// added the gang guard), by resource (pods, jobs).
+	RequestTranslations *metrics.CounterVec
+	// RequestTranslationTemplates counts the ResourceClaimTemplates it
+	// created.
+	RequestTranslationTemplates *metrics.Counter
 	// NodeLabelsWritten counts node labels set or removed.
 	NodeLabelsWritten *metrics.CounterVec
 	// NodeLabelErrors counts failed node label reconciles.
@@ -81,9 +91,21 @@ func New() *Metrics {
 		AdmissionRejections: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name:           "admission_rejections_total",
-			Help:           "Admissions denied (invalid, decode) or unreadable (bad_request), by resource and reason.",
+			Help:           "Admissions denied (invalid, decode, internal) or unreadable (bad_request), by resource and reason.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"resource", "reason"}),
+		RequestTranslations: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name:           "request_translations_total",
+			Help:           "Objects whose device plugin requests were translated into ResourceClaims (or given the Volcano gang guard) at admission, by resource (pods, jobs).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"resource"}),
+		RequestTranslationTemplates: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name:           "request_translation_templates_created_total",
+			Help:           "ResourceClaimTemplates created by the request translation.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		NodeLabelsWritten: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name:           "node_labels_written_total",
@@ -157,6 +179,7 @@ type Registerer interface {
 func (m *Metrics) MustRegister(r Registerer) {
 	r.MustRegister(
 		m.AdmissionDuration, m.AdmissionRejections,
+		m.RequestTranslations, m.RequestTranslationTemplates,
 		m.NodeLabelsWritten, m.NodeLabelErrors,
 		m.ModelClassChanges,
 		m.ServingCertExpiry, m.CertRotations,

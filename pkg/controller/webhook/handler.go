@@ -7,6 +7,8 @@
 // plugin resource name, or another extended resource name the driver's
 // DeviceClasses serve, without the requests. prefix, which the API server
 // accepts but never enforces, are admitted with a warning (quota.go).
+// Beside it, the Mutator (mutate.go) is the mutating webhook of the request
+// translation for schedulers that cannot read DRA extended resources.
 package webhook
 
 import (
@@ -56,24 +58,34 @@ func NewHandler(driverName string, m *metrics.Metrics, quotaNames ...string) *Ha
 // is not a readable AdmissionReview gets a 4xx status without a review; the
 // API server then applies the webhook's failurePolicy.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
 	logger := klog.FromContext(r.Context())
+	serve(w, r, h.metrics, resourceLabel, func(req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
+		return h.admit(logger, req)
+	})
+}
+
+// serve reads one AdmissionReview, answers it with admit (which returns the
+// response and the rejection reason for the metrics, "" when allowed), and
+// records the metrics under label's resource label of the request.
+func serve(w http.ResponseWriter, r *http.Request, m *metrics.Metrics, label func(*admissionv1.AdmissionRequest) string,
+	admit func(*admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string)) {
+	start := time.Now()
 	review, status, err := readReview(w, r)
 	if err != nil {
-		logger.V(2).Info("Bad admission request", "remote", r.RemoteAddr, "err", err)
-		h.metrics.AdmissionRejections.WithLabelValues("unknown", metrics.ReasonBadRequest).Inc()
-		h.metrics.AdmissionDuration.WithLabelValues("unknown", "false").Observe(time.Since(start).Seconds())
+		klog.FromContext(r.Context()).V(2).Info("Bad admission request", "remote", r.RemoteAddr, "err", err)
+		m.AdmissionRejections.WithLabelValues("unknown", metrics.ReasonBadRequest).Inc()
+		m.AdmissionDuration.WithLabelValues("unknown", "false").Observe(time.Since(start).Seconds())
 		http.Error(w, err.Error(), status)
 		return
 	}
 	req := review.Request
-	resp, reason := h.admit(logger, req)
+	resp, reason := admit(req)
 	resp.UID = req.UID
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 
-	resource := resourceLabel(req)
+	resource := label(req)
 	if reason != "" {
-		h.metrics.AdmissionRejections.WithLabelValues(resource, reason).Inc()
+		m.AdmissionRejections.WithLabelValues(resource, reason).Inc()
 	}
 	body, err := json.Marshal(&out)
 	if err != nil { // cannot happen with these types
@@ -82,7 +94,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(body)
-	h.metrics.AdmissionDuration.WithLabelValues(resource, strconv.FormatBool(resp.Allowed)).Observe(time.Since(start).Seconds())
+	m.AdmissionDuration.WithLabelValues(resource, strconv.FormatBool(resp.Allowed)).Observe(time.Since(start).Seconds())
 }
 
 // readReview reads and checks the request; on error it also returns the
