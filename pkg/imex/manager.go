@@ -90,11 +90,22 @@ func (m *Manager) Acquire(ctx context.Context, domain, claim string, peers []str
 			domain, m.active.Domain, strings.Join(m.active.Claims, ", "))
 	}
 	if m.active == nil {
-		rec := &record{Domain: domain}
-		if err := m.start(ctx, rec, peers); err != nil {
+		// Recorded before the daemon starts, so that a crash in between
+		// leaves a record for Recover, which finds the daemon by its
+		// command line.
+		m.active = &record{Domain: domain, Claims: []string{claim}, Peers: slices.Clone(peers)}
+		if err := os.MkdirAll(m.dir(domain), 0o755); err != nil {
+			m.active = nil
+			return fmt.Errorf("compute domain %s: %w", domain, err)
+		}
+		if err := m.save(); err != nil {
+			m.active = nil
 			return err
 		}
-		m.active = rec
+		if err := m.start(ctx, m.active, peers); err != nil {
+			m.active = nil
+			return errors.Join(err, os.RemoveAll(m.dir(domain)))
+		}
 	}
 	if !slices.Contains(m.active.Claims, claim) {
 		m.active.Claims = append(m.active.Claims, claim)

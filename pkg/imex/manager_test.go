@@ -215,3 +215,28 @@ func (m *Manager) stopForTest() error {
 	defer m.mu.Unlock()
 	return m.stop(context.Background())
 }
+
+// A crash between starting the daemon and recording its PID leaves a record
+// without it: Recover still finds the daemon (by its command line) and stops
+// it when no claim holds the domain.
+func TestRecoverFindsUnrecordedDaemon(t *testing.T) {
+	ctx := context.Background()
+	const a = "127.0.44.2"
+	r := newRack(t, a)
+	before := r.manager(a)
+	if err := before.Acquire(ctx, "d1", "claim-1", []string{a}); err != nil {
+		t.Fatal(err)
+	}
+	pid := before.PID()
+	path := filepath.Join(r.dirs[a], "d1", "domain.json")
+	if err := os.WriteFile(path, []byte(`{"domain":"d1","claims":["claim-1"],"peers":["`+a+`"],"pid":0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	after := r.manager(a)
+	if err := after.Recover(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Errorf("daemon %d leaked: its PID was not recorded", pid)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -115,6 +116,23 @@ func (m *Manager) isDaemon(pid int, domain string) bool {
 	return err == nil && strings.Contains(string(cmdline), filepath.Join(m.dir(domain), "config.cfg"))
 }
 
+// findDaemon returns the PID of a process running the domain's daemon,
+// found by its command line, or 0. A crash between starting a daemon and
+// recording its PID leaves a daemon only this finds.
+func (m *Manager) findDaemon(domain string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && m.isDaemon(pid, domain) {
+			return pid
+		}
+	}
+	return 0
+}
+
 // Recover, after a restart, reconciles the daemons on disk with the claims
 // the checkpoint holds (held: claim UIDs by domain). A domain with held
 // claims keeps its daemon, adopted if it still runs and restarted with its
@@ -132,7 +150,10 @@ func (m *Manager) Recover(ctx context.Context, held map[string][]string) error {
 	var keep []string
 	for _, rec := range recs {
 		claims := held[rec.Domain]
-		running := m.isDaemon(rec.PID, rec.Domain)
+		if !m.isDaemon(rec.PID, rec.Domain) {
+			rec.PID = m.findDaemon(rec.Domain)
+		}
+		running := rec.PID != 0
 		if len(claims) == 0 {
 			m.active, m.cmd, m.exited = rec, nil, nil
 			if running {
