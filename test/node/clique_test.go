@@ -49,6 +49,12 @@ func startTray(t *testing.T, node string, claims ...*resourceapi.ResourceClaim) 
 		if err != nil || len(l.Items) == 0 {
 			return false
 		}
+		// Every slice of the pool's generation, not the first ones written.
+		for _, s := range l.Items {
+			if s.Spec.Pool.ResourceSliceCount != int64(len(l.Items)) {
+				return false
+			}
+		}
 		slices = nil
 		for i := range l.Items {
 			slices = append(slices, &l.Items[i])
