@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envDaemon) == "1" {
 		os.Exit(imexd.Main(append([]string{"nvidia-imex"}, os.Args[1:]...), os.Stdout, os.Stderr))
 	}
+	if os.Getenv(envPlugin) != "" {
+		os.Exit(pluginChild())
+	}
 	os.Exit(m.Run())
 }
 
