@@ -29,6 +29,10 @@ func gpuAttributes(g *discovery.GPU) map[resourceapi.QualifiedName]resourceapi.D
 	if g.NVLinkDomain != "" {
 		attrs[vocabulary.AttrNVLinkDomain] = stringAttr(g.NVLinkDomain)
 	}
+	if g.CliqueID != "" {
+		attrs[vocabulary.AttrCliqueID] = stringAttr(g.CliqueID)
+		attrs[vocabulary.AttrClusterUUID] = stringAttr(g.ClusterUUID)
+	}
 	return attrs
 }
 

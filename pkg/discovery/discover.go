@@ -76,7 +76,8 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]GPU, err
 		gpu.DriverVersion = driverVersion
 		gpu.CUDADriverVersion = fmt.Sprintf("%d.%d", cudaVersion/1000, (cudaVersion%1000)/10)
 		gpu.NUMANode, gpu.PCIeRoot = topology(ctx, gpu.PCIBusID, sysfsRoot)
-		gpu.NVLinkDomain = fabricDomain(dev)
+		gpu.ClusterUUID, gpu.CliqueID = fabricClique(dev)
+		gpu.NVLinkDomain = gpu.CliqueID
 		gpus = append(gpus, gpu)
 		links = append(links, activeNVLinkPeers(dev))
 	}

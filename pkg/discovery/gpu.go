@@ -45,6 +45,13 @@ type GPU struct {
 	// NVLinkDomain names the set of GPUs this GPU reaches over NVLink or
 	// NVSwitch; empty when the GPU has no active NVLink.
 	NVLinkDomain string
+	// ClusterUUID and CliqueID are the NVLink fabric's cluster UUID and
+	// clique ("<cluster UUID>.<clique ID>") as NVML's GPU fabric info
+	// reports them; empty without a completed fabric. GPUs of several nodes
+	// with one CliqueID share multi-node NVLink (an IMEX domain can span
+	// them).
+	ClusterUUID string
+	CliqueID    string
 	// MIG is the GPU's MIG geometry (profiles, placements, totals) and its
 	// existing instances; nil when the GPU is not MIG capable.
 	MIG *mig.Info

@@ -17,20 +17,24 @@ type nvlinkPeers struct {
 	gpus     []string
 }
 
-// fabricDomain returns the NVLink domain NVML's GPU fabric reports (Hopper
-// and later with NVSwitch fabric manager): cluster UUID plus clique ID. It is
-// empty when the fabric is not supported or not ready.
-func fabricDomain(dev nvml.Device) string {
+// fabricClique returns the NVLink cluster UUID and clique NVML's GPU fabric
+// reports (Hopper and later with NVSwitch fabric manager; on multi-node
+// NVLink racks such as GB200 NVL72 every tray of a rack reports the same
+// cluster UUID, and the trays of one NVLink partition the same clique). Both
+// are empty when the fabric is not supported or not ready. The clique is
+// "<cluster UUID>.<clique ID>", as NVIDIA's ComputeDomain status writes it.
+func fabricClique(dev nvml.Device) (cluster, clique string) {
 	info, ret := dev.GetGpuFabricInfo()
 	if ret != nvml.SUCCESS || info.State != nvml.GPU_FABRIC_STATE_COMPLETED || nvml.Return(info.Status) != nvml.SUCCESS {
-		return ""
+		return "", ""
 	}
 	var zero [16]uint8
 	if info.ClusterUuid == zero {
-		return ""
+		return "", ""
 	}
 	u := hex.EncodeToString(info.ClusterUuid[:])
-	return fmt.Sprintf("%s-%s-%s-%s-%s.%d", u[0:8], u[8:12], u[12:16], u[16:20], u[20:], info.CliqueId)
+	cluster = fmt.Sprintf("%s-%s-%s-%s-%s", u[0:8], u[8:12], u[12:16], u[16:20], u[20:])
+	return cluster, fmt.Sprintf("%s.%d", cluster, info.CliqueId)
 }
 
 // activeNVLinkPeers walks the GPU's links; a GPU without NVLink answers

@@ -9,7 +9,6 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -217,7 +216,7 @@ func (c *Config) AddHardwareFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "Path of the NVIDIA driver installation (device nodes, libraries, binaries) as the plugin sees it.")
 	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "Path of the host's sysfs, for PCIe root and NUMA attributes.")
 	fs.StringVar(&c.NVMLLibraryPath, "nvml-library", "libnvidia-ml.so.1", "NVML library to load.")
-	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v.", nvmlsim.Machines()))
+	fs.StringVar(&c.Simulate, "simulate", "", fmt.Sprintf("For demos and tests only: use a simulated machine instead of real GPUs, one of %v; one with an NVLink fabric may add @RACK or @RACK/CLIQUE (gb200nvl72@rack-a: the trays of one rack share the NVLink cluster UUID and clique).", nvmlsim.Machines()))
 }
 
 // shmSize is what --mps-shm-size accepts: a plain size, without the
@@ -312,8 +311,10 @@ func (c *Config) Validate() error {
 	if err := c.resolveSimulatedMachine(); err != nil {
 		return err
 	}
-	if c.Simulate != "" && !slices.Contains(nvmlsim.Machines(), c.Simulate) {
-		return fmt.Errorf("--simulate=%q: unknown machine, valid: %v", c.Simulate, nvmlsim.Machines())
+	if c.Simulate != "" {
+		if err := nvmlsim.CheckMachine(c.Simulate); err != nil {
+			return fmt.Errorf("--simulate=%q: %w", c.Simulate, err)
+		}
 	}
 	return nil
 }
@@ -336,8 +337,9 @@ func (c *Config) resolveSimulatedMachine() error {
 			return fmt.Errorf("--simulate-node-machines: entry %q: want NODE=MACHINE", entry)
 		case seen[node]:
 			return fmt.Errorf("--simulate-node-machines: node %q given twice", node)
-		case !slices.Contains(nvmlsim.Machines(), machine):
-			return fmt.Errorf("--simulate-node-machines: entry %q: unknown machine %q, valid: %v", entry, machine, nvmlsim.Machines())
+		}
+		if err := nvmlsim.CheckMachine(machine); err != nil {
+			return fmt.Errorf("--simulate-node-machines: entry %q: %w", entry, err)
 		}
 		seen[node] = true
 		if node == c.NodeName {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -54,7 +55,8 @@ func openHardware(ctx context.Context, cfg *Config, simDir string) (*hardware, e
 	} else {
 		running := simDir == "" // the plugin, not --print-slices' throw-away copy
 		if running {
-			simDir = filepath.Join(cfg.PluginDataDir, "simulated-"+cfg.Simulate)
+			// A rack's clique (gb200nvl72@rack-a/2) is no subdirectory.
+			simDir = filepath.Join(cfg.PluginDataDir, "simulated-"+strings.ReplaceAll(cfg.Simulate, "/", "_"))
 		}
 		m, err := nvmlsim.New(cfg.Simulate,
 			nvmlsim.WithSeed(cfg.NodeName),

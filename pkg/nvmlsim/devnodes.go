@@ -29,7 +29,8 @@ func (m *Machine) WithholdDeviceNodes(withhold func(name string) bool) error {
 }
 
 // makeDeviceNodes makes the device nodes that do not depend on MIG state: the control nodes, the
-// MIG config and monitor capabilities and one node per GPU. m.mu must be held.
+// MIG config and monitor capabilities, one node per GPU and, on multi-node NVLink trays, the IMEX
+// channels. m.mu must be held.
 func (m *Machine) makeDeviceNodes(root string) error {
 	nodes := map[string]os.FileMode{
 		"nvidiactl":               0o666,
@@ -40,6 +41,9 @@ func (m *Machine) makeDeviceNodes(root string) error {
 	}
 	for _, g := range m.gpus {
 		nodes[fmt.Sprintf("nvidia%d", g.index)] = 0o666
+	}
+	for i := range m.spec.nvlink.imexChannels {
+		nodes[IMEXChannelNode(i)] = 0o666
 	}
 	for name, mode := range nodes {
 		if err := m.makeDeviceNode(root, name, mode); err != nil {
@@ -59,4 +63,16 @@ func (m *Machine) makeDeviceNode(root, name string, mode os.FileMode) error {
 		return nil
 	}
 	return makeDeviceNode(path, mode)
+}
+
+// IMEXChannelNode is IMEX channel i's device node below dev/, as the driver's
+// nvidia-caps-imex-channels device makes them: "nvidia-caps-imex-channels/channel<i>".
+func IMEXChannelNode(i int) string {
+	return fmt.Sprintf("nvidia-caps-imex-channels/channel%d", i)
+}
+
+// IMEXChannels returns how many IMEX channels the machine's driver root has: 0 on machines
+// without a multi-node NVLink fabric.
+func (m *Machine) IMEXChannels() int {
+	return m.spec.nvlink.imexChannels
 }

@@ -67,6 +67,7 @@ var driverBinaries = []string{
 // WriteDriverRoot writes a simulated NVIDIA driver installation under root:
 //
 //	dev/nvidia<minor> per GPU, dev/nvidiactl, dev/nvidia-uvm, dev/nvidia-uvm-tools,
+//	dev/nvidia-caps-imex-channels/channel<N> on multi-node NVLink trays (IMEXChannels);
 //	dev/nvidia-caps/nvidia-cap1 (MIG config), nvidia-cap2 (monitor) and the capability nodes
 //	of the GPU and compute instances that exist (kept up to date as they are created);
 //	proc/driver/nvidia-caps/mig-minors (all 32 GPUs, like the driver's),

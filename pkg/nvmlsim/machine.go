@@ -44,6 +44,7 @@ type Machine struct {
 	nvmlInterface
 
 	spec              *machineSpec
+	rack              rackRef
 	seed              string
 	stateFile         string
 	driverVersion     string
@@ -85,10 +86,11 @@ var _ nvml.Interface = (*Machine)(nil)
 
 // New returns a simulated machine, one of Machines().
 func New(machine string, opts ...Option) (*Machine, error) {
-	spec, ok := machines[machine]
-	if !ok {
-		return nil, fmt.Errorf("unknown simulated machine %q, valid: %s", machine, strings.Join(Machines(), ", "))
+	if err := CheckMachine(machine); err != nil {
+		return nil, err
 	}
+	base, rack, _ := parseMachineName(machine)
+	spec := machines[base]
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -96,6 +98,7 @@ func New(machine string, opts ...Option) (*Machine, error) {
 	upstream := spec.upstream()
 	m := &Machine{
 		spec:              spec,
+		rack:              rack,
 		seed:              o.seed,
 		stateFile:         o.stateFile,
 		driverVersion:     upstream.DriverVersion,

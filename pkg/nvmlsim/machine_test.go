@@ -51,12 +51,12 @@ func (r result[T]) must(t *testing.T, what string) T {
 }
 
 func TestMachines(t *testing.T) {
-	want := []string{"dgxa100", "dgxb200", "dgxh100", "dgxh200", "l4x4"}
+	want := []string{"dgxa100", "dgxb200", "dgxh100", "dgxh200", "gb200nvl72", "l4x4"}
 	if got := Machines(); !slices.Equal(got, want) {
 		t.Fatalf("Machines() = %v, want %v", got, want)
 	}
 	_, err := New("dgx-nonexistent")
-	if err == nil || !strings.Contains(err.Error(), "dgxa100, dgxb200, dgxh100, dgxh200, l4x4") {
+	if err == nil || !strings.Contains(err.Error(), "dgxa100, dgxb200, dgxh100, dgxh200, gb200nvl72, l4x4") {
 		t.Fatalf("New(unknown) error = %v, want one listing the valid machines", err)
 	}
 }

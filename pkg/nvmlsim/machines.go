@@ -48,6 +48,10 @@ type nvlinkSpec struct {
 	switchBuses []uint32
 	// fabric: GetGpuFabricInfo reports a completed NVLink fabric (Hopper and later).
 	fabric bool
+	// imexChannels is how many IMEX channel device nodes the driver root has
+	// (dev/nvidia-caps-imex-channels/channel<N>): multi-node NVLink trays only. The driver allows
+	// 2048; fewer are made to keep driver roots small. ILLUSTRATIVE.
+	imexChannels int
 }
 
 func (n *nvlinkSpec) links() int {
@@ -121,6 +125,16 @@ var (
 		powerLimitW: 1000, idlePowerW: 140, maxSMClockMHz: 1965, maxMemClockMHz: 3996,
 		pcieGen: 5, pcieWidth: 16, vbios: "97.00.6E.00.05", mig: b200180GB,
 	})
+	// GB200 has no go-nvml mock of its own; it is a Blackwell GPU like B200, whose architecture and
+	// compute capability it takes. ILLUSTRATIVE where not stated otherwise: name as nvidia-smi
+	// shows it on GB200 NVL72 trays, 186 GB HBM3e (189471 MiB), PCI device 0x2941; the engine
+	// counts, clocks and VBIOS are B200's.
+	gb200 = fromUpstream(gpus.B200_SXM5_180GB, gpuSpec{
+		name: "NVIDIA GB200", pciDeviceID: 0x294110DE, pciSubsystemID: 0x20D510DE,
+		memoryMiB: 189471, sms: 152, copyEngines: 16, decoders: 7, jpegs: 7, ofas: 1,
+		powerLimitW: 1200, idlePowerW: 150, maxSMClockMHz: 2062, maxMemClockMHz: 3996,
+		pcieGen: 5, pcieWidth: 16, vbios: "97.00.82.00.0F", mig: b200180GB,
+	})
 	// L4 has no go-nvml mock: Ada Lovelace, compute capability 8.9, 58 SMs, 24 GB (23034 MiB as
 	// nvidia-smi shows it), 2 NVENC, 4 NVDEC, 4 JPEG, 72 W, PCIe Gen4 x16, no MIG, no NVLink.
 	l4 = &gpuSpec{
@@ -191,6 +205,25 @@ var machines = map[string]*machineSpec{
 		nvlink: nvlinkSpec{
 			version: 5, switchLinks: []int{9, 9},
 			switchBuses: []uint32{0xf5, 0xf6}, fabric: true,
+		},
+		upstream: dgxb200.New,
+	},
+	// GB200 NVL72 compute tray: two Grace CPUs with two GB200 GPUs each; every GPU has 18 NVLink 5
+	// links, one to each NVSwitch chip of the rack's 9 switch trays, and reports the rack's cluster
+	// UUID and clique (rack.go: "gb200nvl72@RACK[/CLIQUE]"). ILLUSTRATIVE: bus numbers (the real
+	// trays put each GPU in its own PCI domain, 0008, 0009, 0018, 0019; here domain 0) and switch
+	// buses (the switches sit in other trays, not on this tray's PCI tree).
+	"gb200nvl72": {
+		name: "gb200nvl72", gpu: gb200,
+		buses:    []uint32{0x08, 0x09, 0x18, 0x19},
+		roots:    []uint32{0x07, 0x07, 0x17, 0x17},
+		numa:     []int{0, 0, 1, 1},
+		nodeCPUs: []string{"0-71", "72-143"}, cpus: 144,
+		nvlink: nvlinkSpec{
+			version:     5,
+			switchLinks: []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+			switchBuses: []uint32{0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf, 0xb0, 0xb1},
+			fabric:      true, imexChannels: 64,
 		},
 		upstream: dgxb200.New,
 	},

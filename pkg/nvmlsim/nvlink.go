@@ -7,7 +7,7 @@ import (
 
 // NVLink: every link of a DGX GPU goes to an NVSwitch (12 links to 6 NVSwitches on DGX A100,
 // 18 to 4 NVSwitch chips on DGX H100/H200, 18 to 2 on DGX B200). Hopper and later GPUs report a
-// completed NVLink fabric with the machine's cluster UUID and clique 1; Ampere GPUs have no
+// completed NVLink fabric with the machine's (or its rack's, rack.go) cluster UUID and clique; Ampere GPUs have no
 // fabric manager state (GetGpuFabricInfo is NOT_SUPPORTED), and L4 has no NVLink at all.
 
 // linkCheck validates link for GPU g: INVALID_ARGUMENT outside NVML's range, NOT_SUPPORTED for
@@ -59,12 +59,12 @@ func (g *gpu) setNvLinkFuncs(d *mock.Device) {
 	if !nl.fabric {
 		return // GetGpuFabricInfo and _v4 stay ERROR_NOT_SUPPORTED
 	}
-	cluster := clusterUUID(g.m.seed, g.m.spec.name)
+	cluster, clique := g.m.fabricCluster()
 	d.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
 		return nvml.GpuFabricInfo{
 			ClusterUuid: cluster,
 			Status:      uint32(nvml.SUCCESS),
-			CliqueId:    1,
+			CliqueId:    clique,
 			State:       nvml.GPU_FABRIC_STATE_COMPLETED,
 		}, nvml.SUCCESS
 	}
@@ -75,7 +75,7 @@ func (g *gpu) setNvLinkFuncs(d *mock.Device) {
 			NumCliques:  1,
 			State:       nvml.GPU_FABRIC_STATE_COMPLETED,
 		}
-		info.Cliques[0].Id = 1
+		info.Cliques[0].Id = clique
 		return info, nvml.SUCCESS
 	}
 }

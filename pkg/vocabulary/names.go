@@ -38,11 +38,18 @@ const (
 	AttrMIGCapable            = "migCapable"
 	AttrMIGEnabled            = "migEnabled"
 	AttrNVLinkDomain          = "nvlinkDomain"
-	AttrProfile               = "profile"
-	AttrParentUUID            = "parentUUID"
-	AttrParentMinor           = "parentMinor"
-	AttrPlacementStart        = "placementStart"
-	AttrStatic                = "static"
+	// AttrCliqueID and AttrClusterUUID are the NVLink fabric's clique
+	// ("<cluster UUID>.<clique ID>") and cluster UUID, published only where
+	// NVML reports a completed fabric: a claim whose requests match on
+	// cliqueID lands on GPUs of one NVLink partition, across nodes of a
+	// multi-node NVLink rack (docs/compute-domains.md).
+	AttrCliqueID       = "cliqueID"
+	AttrClusterUUID    = "clusterUUID"
+	AttrProfile        = "profile"
+	AttrParentUUID     = "parentUUID"
+	AttrParentMinor    = "parentMinor"
+	AttrPlacementStart = "placementStart"
+	AttrStatic         = "static"
 	// AttrVFIODevice is in a passthrough device's metadata only (not
 	// published): its IOMMU group's VFIO device, /dev/vfio/<group>, which
 	// a VM launcher opens.

@@ -19,6 +19,8 @@ import (
 // version, the kinds it decodes, and a strict decoder over its scheme. This
 // package's API is one; NVIDIA's (api/nvidia/v1beta1) is another, decoded
 // with the same bounds and the same field paths in errors.
+//
+// +k8s:deepcopy-gen=false
 type API struct {
 	gv      schema.GroupVersion
 	kinds   []string

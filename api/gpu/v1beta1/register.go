@@ -30,17 +30,21 @@ var (
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-// addKnownTypes registers GpuConfig and MigDeviceConfig under GroupVersion.
+// addKnownTypes registers GpuConfig, MigDeviceConfig and ComputeDomain (with its list) under
+// GroupVersion.
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&GpuConfig{},
 		&MigDeviceConfig{},
+		&ComputeDomain{},
+		&ComputeDomainList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }
 
 // kinds lists the kinds Decode accepts. AddToGroupVersion also registers
-// meta kinds such as WatchEvent and ListOptions under GroupVersion; they are
-// not opaque configs, so Decode checks against this list, not the scheme.
+// meta kinds such as WatchEvent and ListOptions under GroupVersion, and
+// ComputeDomain is an API object; they are not opaque configs, so Decode
+// checks against this list, not the scheme.
 var kinds = []string{GpuConfigKind, MigDeviceConfigKind}

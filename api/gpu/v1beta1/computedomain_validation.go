@@ -1,0 +1,86 @@
+package v1beta1
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Default sets the unset fields of the domain's spec: allocation mode
+// Single, lifetime WithOwner, and for AfterLastPod a grace period of
+// DefaultGracePeriodSeconds. It leaves invalid values for Validate.
+func (d *ComputeDomain) Default() {
+	if d == nil {
+		return
+	}
+	s := &d.Spec
+	if s.Channel.AllocationMode == "" {
+		s.Channel.AllocationMode = SingleChannel
+	}
+	if s.Lifetime == nil {
+		s.Lifetime = &ComputeDomainLifetime{}
+	}
+	if s.Lifetime.Policy == "" {
+		s.Lifetime.Policy = LifetimeWithOwner
+	}
+	if s.Lifetime.Policy == LifetimeAfterLastPod && s.Lifetime.GracePeriodSeconds == nil {
+		grace := DefaultGracePeriodSeconds
+		s.Lifetime.GracePeriodSeconds = &grace
+	}
+}
+
+// Validate reports every invalid field of the domain's spec, with paths
+// rooted at the object (spec.channel.resourceClaimTemplateName). It accepts
+// a domain before and after Default. Metadata and status are the API
+// server's and the controller's.
+func (d *ComputeDomain) Validate() field.ErrorList {
+	if d == nil {
+		return nil
+	}
+	path := field.NewPath("spec")
+	errs := d.Spec.Channel.validate(path.Child("channel"))
+	return append(errs, d.Spec.Lifetime.validate(path.Child("lifetime"))...)
+}
+
+func (c *ComputeDomainChannel) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	name := path.Child("resourceClaimTemplateName")
+	if c.ResourceClaimTemplateName == "" {
+		errs = append(errs, field.Required(name, "the ResourceClaimTemplate the domain's pods take their channel claims from"))
+	} else {
+		for _, msg := range validation.NameIsDNSSubdomain(c.ResourceClaimTemplateName, false) {
+			errs = append(errs, field.Invalid(name, c.ResourceClaimTemplateName, msg))
+		}
+	}
+	if c.AllocationMode != "" && !slices.Contains(channelAllocationModes, c.AllocationMode) {
+		errs = append(errs, field.NotSupported(path.Child("allocationMode"), c.AllocationMode, channelAllocationModes))
+	}
+	return errs
+}
+
+func (l *ComputeDomainLifetime) validate(path *field.Path) field.ErrorList {
+	if l == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if l.Policy != "" && !slices.Contains(lifetimePolicies, l.Policy) {
+		errs = append(errs, field.NotSupported(path.Child("policy"), l.Policy, lifetimePolicies))
+	}
+	if g := l.GracePeriodSeconds; g != nil {
+		switch {
+		case l.Policy != LifetimeAfterLastPod:
+			policy := l.Policy
+			if policy == "" {
+				policy = LifetimeWithOwner
+			}
+			errs = append(errs, field.Forbidden(path.Child("gracePeriodSeconds"),
+				fmt.Sprintf("may only be set when policy is %q, not %q", LifetimeAfterLastPod, policy)))
+		case *g < 0 || *g > MaxGracePeriodSeconds:
+			errs = append(errs, field.Invalid(path.Child("gracePeriodSeconds"), *g,
+				fmt.Sprintf("must be between 0 and %d", MaxGracePeriodSeconds)))
+		}
+	}
+	return errs
+}
