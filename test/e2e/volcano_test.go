@@ -237,6 +237,9 @@ func TestVolcanoQueueQuota(t *testing.T) {
 	ctx := testContext(t)
 	for _, tc := range []struct{ name, key string }{
 		{"deviceclass", "deviceclass/" + driverName},
+		// As teams wrote it for the device plugin: dra-controller adds the
+		// deviceclass/ key Volcano's capacity plugin reads (docs/migration.md).
+		{"nvidia", "nvidia.com/gpu"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			queue := "e2e-team-" + tc.name
@@ -261,6 +264,15 @@ func TestVolcanoQueueQuota(t *testing.T) {
 			}); err != nil {
 				t.Fatalf("queue %s never opened", queue)
 			}
+			got, err := env.cluster.Dynamic.Resource(volcanoQueues).Get(ctx, queue, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			capability, _, _ := unstructured.NestedStringMap(got.Object, "spec", "capability")
+			if capability["deviceclass/"+driverName] != "4" {
+				t.Fatalf("queue %s capability %v: want deviceclass/%s: 4", queue, capability, driverName)
+			}
+			t.Logf("queue %s: capability %v (annotations %v)", queue, capability, got.GetAnnotations())
 			ns := newNamespace(t, ctx, "e2e-volcano-quota-"+tc.name)
 			for _, job := range []string{"first", "second"} {
 				applyDemoFile(t, ctx, "tensorflow-job.yaml", ns, func(o *unstructured.Unstructured) {
