@@ -127,7 +127,7 @@ main() {
 	for d in "$GDD_NODES_DIR"/*/; do
 		[[ -d $d ]] && node_remove "$(basename "$d")"
 	done
-	stop 10 "$GDD_PIDS" kueue vc-scheduler vc-controller-manager kube-scheduler kube-controller-manager kube-apiserver
+	stop 10 "$GDD_PIDS" kueue vc-scheduler vc-controller-manager vc-webhook-manager kube-scheduler kube-controller-manager kube-apiserver
 	stop 10 "$GDD_PIDS" etcd
 
 	unmount_all || gdd_die "mounts left under $GDD_STATE_DIR: $(mounts_below | tr '\n' ' '); not removing it"

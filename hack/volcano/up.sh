@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Starts Volcano's scheduler and controller manager as host processes beside the
+# Starts Volcano's scheduler, controller manager and admission webhook manager (its
+# Job defaults and validation, which users' Jobs rely on: a task without a name
+# or minAvailable) as host processes beside the
 # local cluster (hack/cluster/up.sh), the way its control plane runs: the admin
 # kubeconfig, loopback health ports, PID files in the cluster's pids/ so that
 # hack/cluster/down.sh stops them. The binaries come from ../shared/volcano (or
@@ -63,7 +65,9 @@ source "$state/env"
 
 # Unpack once, after checking every file against the build's SHA256SUMS.
 cache=$(gdd_volcano_cache)
-if [[ ! -f $cache/.done ]]; then
+unpacked=true
+for b in "${GDD_VOLCANO_BINARIES[@]}"; do [[ -x $cache/bin/$b ]] || unpacked=false; done
+if ! $unpacked || [[ ! -f $cache/.done ]]; then
 	mkdir -p "$cache/bin" "$cache/crd"
 	for b in "${GDD_VOLCANO_BINARIES[@]}"; do
 		(cd "$GDD_VOLCANO_SRC" && grep -E "^[0-9a-f]{64}  $b\.gz$" SHA256SUMS | sha256sum --quiet --strict -c -) ||
@@ -106,6 +110,44 @@ tiers:
   - name: nodeorder
 CONF
 
+# Volcano's admission webhooks for Jobs, as its chart installs them, but called at
+# a loopback URL with a certificate made here (the local cluster has no Service
+# proxy); vc-webhook-manager patches the CA into them at start.
+hook=$work/webhook
+if [[ ! -f $hook/tls.crt ]]; then
+	mkdir -p "$hook"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=volcano-admission-ca \
+		-keyout "$hook/ca.key" -out "$hook/ca.crt" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj /CN=volcano-admission -keyout "$hook/tls.key" -out "$hook/tls.csr" 2>/dev/null
+	printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$hook/ext"
+	openssl x509 -req -in "$hook/tls.csr" -CA "$hook/ca.crt" -CAkey "$hook/ca.key" -CAcreateserial -days 3650 \
+		-extfile "$hook/ext" -out "$hook/tls.crt" 2>/dev/null
+fi
+url=https://127.0.0.1:$GDD_VOLCANO_WEBHOOK_PORT
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: volcano-admission-service-jobs-mutate}
+webhooks:
+- name: mutatejob.volcano.sh
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  clientConfig: {url: "$url/jobs/mutate"}
+  rules: [{apiGroups: [batch.volcano.sh], apiVersions: [v1alpha1], operations: [CREATE], resources: [jobs]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: volcano-admission-service-jobs-validate}
+webhooks:
+- name: validatejob.volcano.sh
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  clientConfig: {url: "$url/jobs/validate"}
+  rules: [{apiGroups: [batch.volcano.sh], apiVersions: [v1alpha1], operations: [CREATE, UPDATE], resources: [jobs]}]
+YAML
+
 start() { # start NAME HEALTHZ ARGS...: run it detached, record its PID
 	local name=$1 healthz=$2
 	shift 2
@@ -113,19 +155,24 @@ start() { # start NAME HEALTHZ ARGS...: run it detached, record its PID
 		gdd_log "$name already runs (pid $pid)"
 		return 0
 	fi
-	setsid "$cache/bin/$name" --kubeconfig="$KUBECONFIG" --leader-elect=false --scheduler-name=volcano \
+	setsid "$cache/bin/$name" --kubeconfig="$KUBECONFIG" --scheduler-name=volcano \
 		--enable-healthz --healthz-address="$healthz" "$@" </dev/null >"$work/$name.log" 2>&1 &
 	echo $! >"$pids/$name.pid"
 }
-start vc-scheduler "$GDD_VOLCANO_SCHEDULER_HEALTHZ" --scheduler-conf="$work/scheduler.conf" \
+start vc-webhook-manager "$GDD_VOLCANO_WEBHOOK_HEALTHZ" --listen-address=127.0.0.1 --port="$GDD_VOLCANO_WEBHOOK_PORT" \
+	--tls-cert-file="$hook/tls.crt" --tls-private-key-file="$hook/tls.key" --ca-cert-file="$hook/ca.crt" \
+	--webhook-url="$url" --enabled-admission=/jobs/mutate,/jobs/validate
+start vc-scheduler "$GDD_VOLCANO_SCHEDULER_HEALTHZ" --leader-elect=false --scheduler-conf="$work/scheduler.conf" \
 	--listen-address="$GDD_VOLCANO_SCHEDULER_METRICS" --cache-dumper=false
-start vc-controller-manager "$GDD_VOLCANO_CONTROLLER_HEALTHZ" --listen-address="$GDD_VOLCANO_CONTROLLER_METRICS" \
+start vc-controller-manager "$GDD_VOLCANO_CONTROLLER_HEALTHZ" --leader-elect=false --listen-address="$GDD_VOLCANO_CONTROLLER_METRICS" \
 	--controllers=job-controller,pg-controller,queue-controller,gc-controller
 
-# Ready: both healthy, and the default queue (made by the scheduler) opened by
+# Ready: the scheduler and controller manager healthy, the webhook answering
+# over TLS, and the default queue (made by the scheduler) opened by
 # the queue controller (closed queues get no jobs).
 for _ in $(seq 1 120); do
 	if curl -fsS "http://$GDD_VOLCANO_SCHEDULER_HEALTHZ/healthz" >/dev/null 2>&1 &&
+		curl -sS --cacert "$hook/ca.crt" -o /dev/null -d '' "$url/jobs/mutate" 2>/dev/null &&
 		curl -fsS "http://$GDD_VOLCANO_CONTROLLER_HEALTHZ/healthz" >/dev/null 2>&1 &&
 		[[ $(kubectl get queues.scheduling.volcano.sh default -o jsonpath='{.status.state}' 2>/dev/null) == Open ]]; then
 		gdd_log "Volcano is up (scheduler name volcano; logs in $work)"
