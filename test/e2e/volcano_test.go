@@ -375,4 +375,104 @@ func TestVolcanoTwoSchedulers(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 5 rounds raced (both schedulers allocated the same GPU); operators keep the two schedulers on separate node pools (docs/volcano.md)", raced)
+
+	// The race itself, made certain: two claims given the node's free GPU,
+	// as two schedulers that each allocated it would write them, and their
+	// pods bound to the node. One runs; the other's prepare is refused with
+	// the plugin's reason as an event on the pod.
+	gpu, pool := freeGPU(t, ctx, env.node)
+	names := []string{"first", "second"}
+	for _, n := range names {
+		doubleAllocated(t, ctx, ns, n, pool, gpu)
+	}
+	var running, refused string
+	err := poll(ctx, func(ctx context.Context) (bool, error) {
+		for _, n := range names {
+			p, err := env.cluster.Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running = n
+				continue
+			}
+			evs, _ := env.runner.PodEvents(ctx, ns, n)
+			for _, e := range evs {
+				if strings.Contains(e, "already prepared for claim") {
+					refused = n + ": " + e
+				}
+			}
+		}
+		return running != "" && refused != "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s given to two claims: running %q, refused %q", gpu, running, refused)
+	}
+	t.Logf("%s given to two claims at once: %s runs; %s", gpu, running, refused)
+}
+
+// freeGPU returns a whole GPU of node that no claim holds, and its pool,
+// once there is one (claims of deleted pods go shortly after them).
+func freeGPU(t *testing.T, ctx context.Context, node string) (string, string) {
+	t.Helper()
+	var gpu, pool string
+	if err := poll(ctx, func(ctx context.Context) (bool, error) {
+		gpu, pool = freeGPUNow(t, ctx, node)
+		return gpu != "", nil
+	}); err != nil {
+		t.Fatalf("no free GPU on %s", node)
+	}
+	return gpu, pool
+}
+
+func freeGPUNow(t *testing.T, ctx context.Context, node string) (string, string) {
+	t.Helper()
+	claims, err := env.cluster.Client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation != nil {
+			for _, r := range c.Status.Allocation.Devices.Results {
+				held[r.Pool+"/"+r.Device] = true
+			}
+		}
+	}
+	for _, s := range nodeSlices(t, ctx, node) {
+		for _, d := range s.Spec.Devices {
+			if a, ok := d.Attributes["type"]; ok && a.StringValue != nil && *a.StringValue == "gpu" && !held[s.Spec.Pool.Name+"/"+d.Name] {
+				return d.Name, s.Spec.Pool.Name
+			}
+		}
+	}
+	return "", ""
+}
+
+// doubleAllocated creates a claim allocated gpu of pool on env.node, as a
+// scheduler writes it, and a pod bound to the node that uses it.
+func doubleAllocated(t *testing.T, ctx context.Context, ns, name, pool, gpu string) {
+	t.Helper()
+	claims := env.cluster.Client.ResourceV1().ResourceClaims(ns)
+	c, err := claims.Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: driverName}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newClaimPod(ns, name, "")
+	pod.Spec.ResourceClaims[0] = corev1.PodResourceClaim{Name: "dev", ResourceClaimName: &c.Name}
+	pod.Spec.NodeName = env.node
+	created, err := env.cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: driverName, Pool: pool, Device: gpu}}}}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: created.Name, UID: created.UID}}
+	if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("allocate claim %s: %v", name, err)
+	}
 }
