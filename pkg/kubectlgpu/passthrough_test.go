@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
+	"github.com/gpu-dra/gpu-dra-driver/internal/golden"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
@@ -50,13 +51,16 @@ func TestPassthrough(t *testing.T) {
 		name   string
 		cmd    command
 		output string
-		// want are lines (or parts of one) the text output has.
-		want []string
+		// want are lines (or parts of one) the text output has; golden,
+		// if set, is the file in testdata it is (docs/kubectl-gpu.md shows
+		// it).
+		want   []string
+		golden string
 		// check inspects -o json instead.
 		check func(t *testing.T, out string)
 	}{
 		{
-			name: "nodes", cmd: nodes(),
+			name: "nodes", cmd: nodes(), golden: "nodes-passthrough.golden",
 			want: []string{"gpu-0 passthrough (vms/vm); gpu-1 whole; gpu-3 passthrough (vms/vm-shared)",
 				"3 of 8 GPUs: 1 whole, 2 passthrough"},
 		},
@@ -129,9 +133,9 @@ func TestPassthrough(t *testing.T) {
 			},
 		},
 		{
-			name: "claims", cmd: claims(""),
+			name: "claims", cmd: claims("vms"), golden: "claims-passthrough.golden",
 			want: []string{
-				"vms         vm          allocated,reserved   node-a   vm          gpu-0-vfio (passthrough)   Exclusive (default)",
+				"vm          allocated,reserved   node-a   vm          gpu-0-vfio (passthrough)   Exclusive (default)",
 				"gpu-3-vfio (passthrough)   invalid (claim): a whole GPU is allocated exclusively: sharing strategy TimeSlicing is not supported for it",
 			},
 		},
@@ -159,6 +163,9 @@ func TestPassthrough(t *testing.T) {
 				return
 			}
 			out := mustRun(t, client, tc.cmd, tc.output)
+			if tc.golden != "" {
+				golden.Check(t, "testdata/"+tc.golden, []byte(out))
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q:\n%s", w, out)
