@@ -130,7 +130,7 @@ func (b *builder) addDevice(dev *Device, part *poolPart, d *resourceapi.Device) 
 	typ := vocabulary.Kind(a.str(vocabulary.AttrType))
 	minorAttr := vocabulary.AttrMinor
 	switch typ {
-	case vocabulary.KindGPU, vocabulary.KindTimeSlice, vocabulary.KindMPS:
+	case vocabulary.KindGPU, vocabulary.KindTimeSlice, vocabulary.KindMPS, vocabulary.KindVFIO:
 	case vocabulary.KindMIG:
 		minorAttr = vocabulary.AttrParentMinor
 	default:

@@ -125,7 +125,7 @@ func describeConfig(chosen *resourceapi.DeviceAllocationConfiguration, devType v
 		} else if string(strategy) != want {
 			out.Error = fmt.Sprintf("sharing strategy %s does not apply to a %s share", strategy, devType)
 		}
-	} else if devType == vocabulary.KindGPU && strategy != gpuv1beta1.ExclusiveStrategy {
+	} else if (devType == vocabulary.KindGPU || devType == vocabulary.KindVFIO) && strategy != gpuv1beta1.ExclusiveStrategy {
 		out.Error = fmt.Sprintf("a whole GPU is allocated exclusively: sharing strategy %s is not supported for it", strategy)
 	}
 	out.Strategy = string(strategy)

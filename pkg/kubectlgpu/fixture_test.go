@@ -46,13 +46,17 @@ func newFixture(t testing.TB, nodes ...string) *fixture {
 	f := &fixture{t: t, classes: deviceclass.DeviceClasses(driverName)}
 	for _, spec := range nodes {
 		name, machine, _ := strings.Cut(spec, "=")
-		n := simnode.New(t, machine, name)
-		for i, s := range n.Slices(driverName) {
-			s.Name = fmt.Sprintf("%s%c", s.GenerateName, 'a'+i)
-			f.slices = append(f.slices, s)
-		}
+		f.addNode(simnode.New(t, machine, name))
 	}
 	return f
+}
+
+// addNode adds the slices a simulated node publishes.
+func (f *fixture) addNode(n *simnode.Node) {
+	for i, s := range n.Slices(driverName) {
+		s.Name = fmt.Sprintf("%s%c", s.GenerateName, 'a'+i)
+		f.slices = append(f.slices, s)
+	}
 }
 
 // taint taints every device of a node whose name starts with prefix; call

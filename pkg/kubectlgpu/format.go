@@ -58,10 +58,18 @@ func formatCapacity(m map[string]resource.Quantity) string {
 }
 
 // formatUsage shows how a GPU is used: "free", "whole",
-// "mig 1g.10gb×2,3g.40gb", "timeslice 2/4 (compute 50%, memory 39.8Gi)".
-// Wide adds the claims.
+// "mig 1g.10gb×2,3g.40gb", "timeslice 2/4 (compute 50%, memory 39.8Gi)",
+// "passthrough (default/vm)". Wide adds the claims (all of them, so a
+// passthrough claim is not named twice).
 func formatUsage(u Usage, wide bool) string {
 	var parts []string
+	if len(u.Passthrough) > 0 {
+		p := "passthrough"
+		if !wide {
+			p += " (" + strings.Join(u.Passthrough, " ") + ")"
+		}
+		parts = append(parts, p)
+	}
 	if u.Whole {
 		parts = append(parts, "whole")
 	}
@@ -100,6 +108,8 @@ func formatDevice(a Allocation) string {
 		what = "whole"
 	case vocabulary.KindMIG:
 		what = "mig " + a.Profile
+	case vocabulary.KindVFIO:
+		what = "passthrough"
 	default:
 		what = string(a.Type)
 		if c := formatCapacity(a.Consumed); c != "" {

@@ -57,7 +57,8 @@ type GPU struct {
 	CounterSet string
 	Counters   map[string]resourceapi.Counter
 
-	// Devices are in publication order.
+	// Devices are in publication order, its passthrough device (gpu-N-vfio)
+	// among them.
 	Devices []*Device
 	// Taints are those of any of its devices, each once.
 	Taints []resourceapi.DeviceTaint

@@ -127,7 +127,8 @@ func TestDocsShowTheGoldenOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"nodes.golden", "node-a.golden", "claims-all.golden"} {
+	for _, name := range []string{"nodes.golden", "node-a.golden", "claims-all.golden",
+		"nodes-passthrough.golden", "claims-passthrough.golden"} {
 		sample, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			t.Fatal(err)

@@ -122,6 +122,9 @@ func totalInUse(t Total) string {
 	if t.Whole > 0 {
 		parts = append(parts, fmt.Sprintf("%d whole", t.Whole))
 	}
+	if t.Passthrough > 0 {
+		parts = append(parts, fmt.Sprintf("%d passthrough", t.Passthrough))
+	}
 	if t.MIG > 0 {
 		parts = append(parts, fmt.Sprintf("%d mig (%s)", t.MIG, plural(int64(t.MIGDevices), "device", "devices")))
 	}
@@ -250,6 +253,8 @@ func printFreeMIG(tw io.Writer, gpus []GPUDetail, wide bool) {
 		}
 		listed = true
 		switch {
+		case len(g.FreeMIG) == 0 && len(g.Usage.Passthrough) > 0:
+			row(tw, "  "+g.Name, "none (passed through)")
 		case len(g.FreeMIG) == 0:
 			row(tw, "  "+g.Name, "none")
 		case g.Usage.State == StateFree && len(g.Usage.Claims) == 0 && !wide:
@@ -276,9 +281,30 @@ func tainted(taints []Taint) string {
 	return " (tainted: " + formatTaints(taints) + ")"
 }
 
-// deviceNames lists a GPU's devices: whole and share devices by name, MIG
-// devices counted (-o json|yaml lists them all).
+// deviceNames lists a GPU's devices: whole, share and passthrough devices
+// by name, MIG devices counted (-o json|yaml lists them all). Those that
+// cannot be allocated because the GPU is passed through follow, after
+// "unavailable (passthrough):".
 func deviceNames(devices []DeviceInfo) string {
+	var available, unavailable []DeviceInfo
+	for _, d := range devices {
+		if d.Unavailable != nil {
+			unavailable = append(unavailable, d)
+		} else {
+			available = append(available, d)
+		}
+	}
+	out := nameDevices(available)
+	if len(unavailable) > 0 {
+		if out != "" {
+			out += "; "
+		}
+		out += "unavailable (" + unavailable[0].Unavailable.Reason + "): " + nameDevices(unavailable)
+	}
+	return orDash(out)
+}
+
+func nameDevices(devices []DeviceInfo) string {
 	var names []string
 	mig := 0
 	for _, d := range devices {
@@ -291,7 +317,7 @@ func deviceNames(devices []DeviceInfo) string {
 	if mig > 0 {
 		names = append(names, fmt.Sprintf("+%d MIG", mig))
 	}
-	return orDash(strings.Join(names, " "))
+	return strings.Join(names, " ")
 }
 
 // PrintClaims writes the claims table; the NAMESPACE column comes with

@@ -87,11 +87,13 @@ type Total struct {
 	MIGCapable int               `json:"migCapable"`
 	Free       int               `json:"free"`
 	Tainted    int               `json:"tainted"`
-	// Whole, MIG, TimeSlicing and MPS count GPUs in each state.
+	// Whole, MIG, TimeSlicing, MPS and Passthrough count GPUs in each
+	// state.
 	Whole       int `json:"whole"`
 	MIG         int `json:"mig"`
 	TimeSlicing int `json:"timeSlicing"`
 	MPS         int `json:"mps"`
+	Passthrough int `json:"passthrough"`
 	// MIGDevices and Shares count allocated MIG devices and shares.
 	MIGDevices int   `json:"migDevices"`
 	Shares     int64 `json:"shares"`
@@ -135,6 +137,9 @@ type DeviceInfo struct {
 	Static         bool            `json:"static,omitempty"`
 	Allocations    int             `json:"allocations"`
 	Taints         []Taint         `json:"taints,omitempty"`
+	// Unavailable says why the device cannot be allocated now (its GPU is
+	// passed through); absent when nothing known rules it out.
+	Unavailable *Unavailable `json:"unavailable,omitempty"`
 }
 
 // Allocation is one allocation result of the driver in a claim.
@@ -211,6 +216,8 @@ func (inv *Inventory) NodeList() NodeList {
 				total.TimeSlicing++
 			case StateMPS:
 				total.MPS++
+			case StatePassthrough:
+				total.Passthrough++
 			}
 			for _, p := range g.Usage.MIG {
 				total.MIGDevices += p.Count
@@ -290,7 +297,8 @@ func (inv *Inventory) NodeDetail(name string) (NodeDetail, error) {
 			MIGEnabled: g.MIGEnabled, FreeMIG: g.FreeMIG(),
 		}
 		for _, dev := range g.Devices {
-			info := DeviceInfo{Name: dev.Name, Type: dev.Type, Profile: dev.Profile, Static: dev.Static, Allocations: len(dev.Holdings)}
+			info := DeviceInfo{Name: dev.Name, Type: dev.Type, Profile: dev.Profile, Static: dev.Static, Allocations: len(dev.Holdings),
+				Unavailable: dev.unavailable(d.Usage)}
 			if dev.Type == vocabulary.KindMIG {
 				info.PlacementStart = &dev.PlacementStart
 			}

@@ -20,11 +20,15 @@ const (
 	StateTimeSlicing = string(vocabulary.KindTimeSlice)
 	StateMPS         = string(vocabulary.KindMPS)
 	StateMixed       = "mixed"
+	// StatePassthrough is a GPU whose passthrough device (gpu-N-vfio) is
+	// allocated: it is, or will be, bound to vfio-pci for a virtual
+	// machine, and none of its other devices can be allocated.
+	StatePassthrough = "passthrough"
 )
 
 // Usage is how a GPU is used now, from the claims' allocation results.
 type Usage struct {
-	// State is free, whole, mig, timeslice, mps or mixed.
+	// State is free, whole, mig, timeslice, mps, passthrough or mixed.
 	State string `json:"state"`
 	// Whole says the whole GPU is allocated.
 	Whole bool `json:"whole,omitempty"`
@@ -32,6 +36,9 @@ type Usage struct {
 	MIG []ProfileCount `json:"mig,omitempty"`
 	// Shares are the GPU's share devices that have allocations.
 	Shares []ShareUsage `json:"shares,omitempty"`
+	// Passthrough are the claims (namespace/name) holding the GPU's
+	// passthrough device, normally one.
+	Passthrough []string `json:"passthrough,omitempty"`
 	// Claims hold the GPU or its devices, as namespace/name; an
 	// admin-access claim is listed but uses nothing.
 	Claims []string `json:"claims,omitempty"`
@@ -76,6 +83,11 @@ func (g *GPU) Usage() Usage {
 			case vocabulary.KindGPU:
 				states[StateWhole] = true
 				u.Whole = true
+			case vocabulary.KindVFIO:
+				states[StatePassthrough] = true
+				if key := h.Claim.Key(); !slices.Contains(u.Passthrough, key) {
+					u.Passthrough = append(u.Passthrough, key)
+				}
 			case vocabulary.KindMIG:
 				states[StateMIG] = true
 				if migCounts[d.Profile] == 0 {
@@ -145,7 +157,11 @@ type FreeMIG struct {
 // devices. A whole GPU or a share takes all of a counter every MIG device
 // needs some of (compute-slices), so it leaves none that fits.
 // Static MIG devices use no counters; they are free when unallocated.
+// A passed-through GPU has none.
 func (g *GPU) FreeMIG() []FreeMIG {
+	if g.passedThrough() {
+		return nil
+	}
 	remaining := make(map[string]int64, len(g.Counters))
 	for k, v := range g.Counters {
 		remaining[k] = v.Value.Value()
@@ -216,4 +232,30 @@ func sortPlacements(f *FreeMIG) {
 // inUse says whether a claim without admin access holds the device.
 func (d *Device) inUse() bool {
 	return slices.ContainsFunc(d.Holdings, func(h *Holding) bool { return !h.AdminAccess })
+}
+
+// passedThrough says whether a claim without admin access holds the GPU's
+// passthrough device.
+func (g *GPU) passedThrough() bool {
+	return slices.ContainsFunc(g.Devices, func(d *Device) bool { return d.Type == vocabulary.KindVFIO && d.inUse() })
+}
+
+// Unavailable says why a device of a GPU cannot be allocated now.
+type Unavailable struct {
+	// Reason is "passthrough": the GPU's passthrough device is allocated.
+	Reason string `json:"reason"`
+	// Claims hold what makes it unavailable, as namespace/name.
+	Claims []string `json:"claims,omitempty"`
+}
+
+// unavailable says why d cannot be allocated now, nil when nothing known
+// rules it out. Only passthrough is told: while the GPU's passthrough
+// device is allocated its whole-GPU, MIG and share devices are not
+// (the scheduler sees the counters taken). A device already allocated is
+// in use, not unavailable.
+func (d *Device) unavailable(u Usage) *Unavailable {
+	if len(u.Passthrough) == 0 || d.Type == vocabulary.KindVFIO || d.inUse() {
+		return nil
+	}
+	return &Unavailable{Reason: StatePassthrough, Claims: u.Passthrough}
 }

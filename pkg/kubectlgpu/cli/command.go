@@ -47,9 +47,9 @@ func NewCommand(opts Options) *cobra.Command {
 		Use:   "kubectl-gpu",
 		Short: "Show the GPUs of a DRA driver, what is free and who holds what",
 		Long: `kubectl gpu shows the GPUs the gpu.dra.dev DRA driver publishes in ResourceSlices,
-how each is used (whole, MIG devices, time-slicing or MPS shares) and which claims
-and pods hold them. It reads ResourceSlices, ResourceClaims, DeviceClasses and Pods
-with one list per resource type.`,
+how each is used (whole, MIG devices, time-slicing or MPS shares, passthrough to a
+virtual machine) and which claims and pods hold them. It reads ResourceSlices,
+ResourceClaims, DeviceClasses and Pods with one list per resource type.`,
 		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gpu"},
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 		SilenceUsage:      true,
@@ -149,7 +149,7 @@ func claimsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Option
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "claims",
-		Short: "List the driver's claims: pods, node, devices (whole, MIG profile, share) and sharing config",
+		Short: "List the driver's claims: pods, node, devices (whole, MIG profile, share, passthrough) and sharing config",
 		Example: `  kubectl gpu claims
   kubectl gpu claims -n team-a
   kubectl gpu claims -A -o wide`,
