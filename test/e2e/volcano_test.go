@@ -476,3 +476,43 @@ func doubleAllocated(t *testing.T, ctx context.Context, ns, name, pool, gpu stri
 		t.Fatalf("allocate claim %s: %v", name, err)
 	}
 }
+
+// TestVolcanoBackfillWithoutGangGuard is the evidence for the gang guard
+// (docs/upstream-volcano.md): with it off, the gang of claim-template pods
+// that cannot fit (6 of 8 GPUs free) is bound in part by Volcano's backfill
+// action, which binds best-effort tasks one by one, and its claims hold GPUs
+// for a job that cannot run. When Volcano counts claims in its best-effort
+// test this fails, and the guard can go.
+func TestVolcanoBackfillWithoutGangGuard(t *testing.T) {
+	needVolcano(t)
+	ctx := testContext(t)
+	per := len(nodeDevicesOfType(t, ctx, env.node, "gpu"))
+	if per < 8 {
+		t.Skipf("needs a node of 8 GPUs, %s has %d", env.node, per)
+	}
+	saveRelease(t, ctx)
+	upgradeRelease(t, ctx, "--set", "controller.requestTranslation.gangGuard=false")
+	ns := newNamespace(t, ctx, "e2e-volcano-noguard")
+	blockGPUs(t, ctx, ns, env.node, per-6)
+	applyDemoFile(t, ctx, "gang-job.yaml", ns, nil)
+	var bound []string
+	err := poll(ctx, func(ctx context.Context) (bool, error) {
+		bound = nil
+		for _, p := range jobPods(t, ctx, ns, "train") {
+			if p.Spec.NodeName != "" {
+				bound = append(bound, p.Name)
+			}
+		}
+		return len(bound) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("without the gang guard no pod of the gang was bound: Volcano's backfill no longer breaks gangs of claim-only pods, and the guard may go (docs/upstream-volcano.md)")
+	}
+	time.Sleep(10 * time.Second) // backfill's later cycles
+	pods := jobPods(t, ctx, ns, "train")
+	t.Logf("gang guard off, 6 of %d GPUs free: backfill bound pods of a gang that cannot run: %s", per, podPhases(pods))
+	// Delete the gang before the release (and the guard) is restored.
+	if err := env.cluster.Dynamic.Resource(volcanoJobs).Namespace(ns).Delete(ctx, "train", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
