@@ -10,8 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -58,6 +60,7 @@ func TestNVIDIAQuickstart(t *testing.T) {
 		}); err != nil {
 			t.Errorf("after the release was restored, want %s slices on %s and none of %s: %v", driverName, env.node, nv, err)
 		}
+		extendedResourceAfterSwitch(t, ctx)
 	})
 	// The profile keeps the device model: as many slices, under the other name.
 	slices := len(driverSlices(t, ctx, driverName, env.node))
@@ -265,4 +268,36 @@ func waitNamespaceEvent(t *testing.T, ctx context.Context, ns, reason, msg strin
 	if err != nil {
 		t.Fatalf("no %s event naming %q in %s: %v; seen: %s", reason, msg, ns, err, strings.Join(seen, "; "))
 	}
+}
+
+// extendedResourceAfterSwitch checks that a pod asking nvidia.com/gpu runs
+// after the profile was switched off again. Switching moves nvidia.com/gpu
+// from DeviceClass gpu.nvidia.com to gpu.dra.dev: helm creates the new class
+// before it deletes the old one, and kube-scheduler's extended resource cache
+// (k8s.io/dynamic-resource-allocation v0.37.2 deviceclass/extendedresourcecache,
+// removeResourceName2class) drops the name's mapping on the old class's delete
+// although the new class now owns it; the scheduler then reports
+// "Insufficient nvidia.com/gpu" until the class changes. The documented
+// workaround (docs/migration.md) is any update of the new class.
+func extendedResourceAfterSwitch(t *testing.T, ctx context.Context) {
+	t.Helper()
+	ns := newNamespace(t, ctx, "e2e-nvq-extended")
+	pod := onNodes(newClaimPod(ns, "extended", ""), env.node)
+	pod.Spec.ResourceClaims = nil
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}
+	createPod(t, ctx, pod)
+	short, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if env.runner.WaitPodRunning(short, ns, "extended") == nil {
+		t.Logf("nvidia.com/gpu pod runs after the switch back")
+		return
+	}
+	evs, _ := env.runner.PodEvents(ctx, ns, "extended")
+	t.Logf("nvidia.com/gpu pod not scheduled after the switch back (upstream extendedresourcecache lost the mapping): %s; touching DeviceClass %s", strings.Join(evs, "; "), driverName)
+	patch := []byte(`{"metadata":{"annotations":{"` + driverName + `/resync":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}}}`)
+	if _, err := env.cluster.Client.ResourceV1().DeviceClasses().Patch(ctx, driverName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runningPod(t, ctx, ns, "extended")
+	t.Logf("nvidia.com/gpu pod runs once DeviceClass %s was touched", driverName)
 }
