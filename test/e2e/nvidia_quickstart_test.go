@@ -298,6 +298,13 @@ func extendedResourceAfterSwitch(t *testing.T, ctx context.Context) {
 	if _, err := env.cluster.Client.ResourceV1().DeviceClasses().Patch(ctx, driverName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	runningPod(t, ctx, ns, "extended")
+	// kube-scheduler does not retry a pod Pending on "Insufficient" when a
+	// DeviceClass changes (only its periodic flush of unschedulable pods does,
+	// within 5 minutes): a new pod shows the mapping is back.
+	deletePod(t, ctx, ns, "extended")
+	again := pod.DeepCopy()
+	again.Name, again.ResourceVersion, again.UID = "extended-again", "", ""
+	createPod(t, ctx, again)
+	runningPod(t, ctx, ns, "extended-again")
 	t.Logf("nvidia.com/gpu pod runs once DeviceClass %s was touched", driverName)
 }
