@@ -9,12 +9,14 @@ const ComputeDomainKind = "ComputeDomain"
 
 // ComputeDomain is a multi-node NVLink (IMEX) domain: the pods of one job
 // spread over several trays of an NVLink rack (GB200 NVL72) that share GPU
-// memory across nodes. A job creates it beside its pods. The pods that belong
-// to it are those whose claims come from its channel's ResourceClaimTemplate
-// (spec.channel.resourceClaimTemplateName): each such claim is one IMEX
-// channel for the pod, prepared only on a node of the domain's NVLink clique.
-// The nodes of the domain are the nodes those pods land on: there is no node
-// count to decide up front. On each node with a pod of the domain the driver
+// memory across nodes. A job creates it beside its pods. The driver's
+// controller creates the domain's channel claim, a ResourceClaim named by
+// spec.channel.resourceClaimName; the pods that belong to the domain are those
+// that reference it. The claim is one IMEX channel of one NVLink clique,
+// allocated once: its allocation restricts every pod that shares it to the
+// nodes of that clique, and no other domain gets the same channel. The nodes
+// of the domain are the nodes those pods land on: there is no node count to
+// decide up front. On each node with a pod of the domain the driver
 // runs the domain's IMEX daemon, with the other nodes as its peers, from the
 // first of the domain's claims prepared there until the last is unprepared.
 //
@@ -30,7 +32,7 @@ const ComputeDomainKind = "ComputeDomain"
 //	  name: training
 //	spec:
 //	  channel:
-//	    resourceClaimTemplateName: training-channel
+//	    resourceClaimName: training-channel
 //	  lifetime:
 //	    policy: AfterLastPod
 //	    gracePeriodSeconds: 60
@@ -60,22 +62,24 @@ type ComputeDomainList struct {
 // (the CRD says so): a running domain's daemons and channels follow it.
 type ComputeDomainSpec struct {
 	// Channel is the IMEX channel every pod of the domain gets, and through
-	// its claim template which pods belong to the domain.
+	// its claim which pods belong to the domain.
 	Channel ComputeDomainChannel `json:"channel"`
 	// Lifetime says when the domain ends. Unset means WithOwner.
 	// +optional
 	Lifetime *ComputeDomainLifetime `json:"lifetime,omitempty"`
 }
 
-// ComputeDomainChannel describes the channel claims of a domain.
+// ComputeDomainChannel describes the channel claim of a domain.
 type ComputeDomainChannel struct {
-	// ResourceClaimTemplateName names the ResourceClaimTemplate, in the
-	// domain's namespace, that the driver's controller creates for the
-	// domain's channel; a pod belongs to the domain when one of its claims
-	// comes from it. A DNS subdomain name; required.
-	ResourceClaimTemplateName string `json:"resourceClaimTemplateName"`
+	// ResourceClaimName names the ResourceClaim, in the domain's namespace,
+	// that the driver's controller creates for the domain's channel (with a
+	// ComputeDomainChannelConfig naming the domain); a pod belongs to the
+	// domain when it references the claim (resourceClaimName). A shared
+	// claim rather than a template: its single allocation puts every pod of
+	// the domain into one NVLink clique. A DNS subdomain name; required.
+	ResourceClaimName string `json:"resourceClaimName"`
 	// AllocationMode says which channels a pod gets. Single (the default):
-	// one channel of its own domain. NVIDIA's All (every channel of the
+	// its domain's one channel. NVIDIA's All (every channel of the
 	// node) is not offered: it lets a pod into other domains' channels.
 	// +optional
 	AllocationMode ChannelAllocationMode `json:"allocationMode,omitempty"`

@@ -12,7 +12,7 @@ func grace(s int32) *int32 { return &s }
 
 func TestComputeDomainValidate(t *testing.T) {
 	valid := func() *ComputeDomain {
-		return &ComputeDomain{Spec: ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimTemplateName: "job-channel"}}}
+		return &ComputeDomain{Spec: ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimName: "job-channel"}}}
 	}
 	for name, tc := range map[string]struct {
 		mutate func(*ComputeDomain)
@@ -24,8 +24,8 @@ func TestComputeDomainValidate(t *testing.T) {
 		}, nil},
 		"with owner":     {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{Policy: LifetimeWithOwner} }, nil},
 		"single":         {func(d *ComputeDomain) { d.Spec.Channel.AllocationMode = SingleChannel }, nil},
-		"no template":    {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimTemplateName = "" }, []string{"spec.channel.resourceClaimTemplateName: Required value"}},
-		"template name":  {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimTemplateName = "Job_Channel" }, []string{`spec.channel.resourceClaimTemplateName: Invalid value: "Job_Channel"`}},
+		"no template":    {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimName = "" }, []string{"spec.channel.resourceClaimName: Required value"}},
+		"template name":  {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimName = "Job_Channel" }, []string{`spec.channel.resourceClaimName: Invalid value: "Job_Channel"`}},
 		"all channels":   {func(d *ComputeDomain) { d.Spec.Channel.AllocationMode = "All" }, []string{`spec.channel.allocationMode: Unsupported value: "All": supported values: "Single"`}},
 		"policy":         {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{Policy: "Forever"} }, []string{`spec.lifetime.policy: Unsupported value: "Forever"`}},
 		"grace w/o pods": {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{GracePeriodSeconds: grace(5)} }, []string{`spec.lifetime.gracePeriodSeconds: Forbidden: may only be set when policy is "AfterLastPod", not "WithOwner"`}},
@@ -38,7 +38,7 @@ func TestComputeDomainValidate(t *testing.T) {
 		"every error": {func(d *ComputeDomain) {
 			d.Spec.Channel = ComputeDomainChannel{AllocationMode: "Many"}
 			d.Spec.Lifetime = &ComputeDomainLifetime{Policy: "Never"}
-		}, []string{"spec.channel.resourceClaimTemplateName: Required", "spec.channel.allocationMode: Unsupported", "spec.lifetime.policy: Unsupported"}},
+		}, []string{"spec.channel.resourceClaimName: Required", "spec.channel.allocationMode: Unsupported", "spec.lifetime.policy: Unsupported"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := valid()
@@ -62,7 +62,7 @@ func TestComputeDomainValidate(t *testing.T) {
 }
 
 func TestComputeDomainDefault(t *testing.T) {
-	d := &ComputeDomain{Spec: ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimTemplateName: "c"},
+	d := &ComputeDomain{Spec: ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimName: "c"},
 		Lifetime: &ComputeDomainLifetime{Policy: LifetimeAfterLastPod}}}
 	d.Default()
 	if d.Spec.Channel.AllocationMode != SingleChannel || *d.Spec.Lifetime.GracePeriodSeconds != DefaultGracePeriodSeconds {
@@ -89,12 +89,12 @@ func TestComputeDomainScheme(t *testing.T) {
 			t.Errorf("%T: kinds %v, %v", obj, gvks, err)
 		}
 	}
-	const doc = "apiVersion: gpu.dra.dev/v1beta1\nkind: ComputeDomain\nspec:\n  channel:\n    resourceClaimTemplateName: c\n"
+	const doc = "apiVersion: gpu.dra.dev/v1beta1\nkind: ComputeDomain\nspec:\n  channel:\n    resourceClaimName: c\n"
 	if _, err := Decode([]byte(doc)); err == nil {
 		t.Error("Decode took a ComputeDomain for an opaque config")
 	}
 	var d ComputeDomain
-	if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil || d.Spec.Channel.ResourceClaimTemplateName != "c" {
+	if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil || d.Spec.Channel.ResourceClaimName != "c" {
 		t.Errorf("unmarshal: %v, %+v", err, d)
 	}
 	if c := d.DeepCopy(); c.Spec.Channel != d.Spec.Channel {

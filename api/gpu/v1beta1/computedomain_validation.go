@@ -32,7 +32,7 @@ func (d *ComputeDomain) Default() {
 }
 
 // Validate reports every invalid field of the domain's spec, with paths
-// rooted at the object (spec.channel.resourceClaimTemplateName). It accepts
+// rooted at the object (spec.channel.resourceClaimName). It accepts
 // a domain before and after Default. Metadata and status are the API
 // server's and the controller's.
 func (d *ComputeDomain) Validate() field.ErrorList {
@@ -46,12 +46,12 @@ func (d *ComputeDomain) Validate() field.ErrorList {
 
 func (c *ComputeDomainChannel) validate(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	name := path.Child("resourceClaimTemplateName")
-	if c.ResourceClaimTemplateName == "" {
-		errs = append(errs, field.Required(name, "the ResourceClaimTemplate the domain's pods take their channel claims from"))
+	name := path.Child("resourceClaimName")
+	if c.ResourceClaimName == "" {
+		errs = append(errs, field.Required(name, "the ResourceClaim the controller creates for the domain's channel and its pods reference"))
 	} else {
-		for _, msg := range validation.NameIsDNSSubdomain(c.ResourceClaimTemplateName, false) {
-			errs = append(errs, field.Invalid(name, c.ResourceClaimTemplateName, msg))
+		for _, msg := range validation.NameIsDNSSubdomain(c.ResourceClaimName, false) {
+			errs = append(errs, field.Invalid(name, c.ResourceClaimName, msg))
 		}
 	}
 	if c.AllocationMode != "" && !slices.Contains(channelAllocationModes, c.AllocationMode) {

@@ -30,12 +30,13 @@ var (
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-// addKnownTypes registers GpuConfig, MigDeviceConfig and ComputeDomain (with its list) under
+// addKnownTypes registers GpuConfig, MigDeviceConfig, ComputeDomainChannelConfig and ComputeDomain (with its list) under
 // GroupVersion.
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&GpuConfig{},
 		&MigDeviceConfig{},
+		&ComputeDomainChannelConfig{},
 		&ComputeDomain{},
 		&ComputeDomainList{},
 	)
@@ -47,4 +48,4 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 // meta kinds such as WatchEvent and ListOptions under GroupVersion, and
 // ComputeDomain is an API object; they are not opaque configs, so Decode
 // checks against this list, not the scheme.
-var kinds = []string{GpuConfigKind, MigDeviceConfigKind}
+var kinds = []string{GpuConfigKind, MigDeviceConfigKind, ComputeDomainChannelConfigKind}

@@ -1,0 +1,54 @@
+package vocabulary
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Names of compute domains (multi-node NVLink, IMEX; docs/compute-domains.md).
+//
+// A clique's IMEX channels are published by the controller as one pool per
+// NVLink clique, in slices whose node selector is the clique's node label, so
+// a domain's shared channel claim, allocated once, restricts every pod that
+// references it to the nodes of one clique, and no two domains get the same
+// channel of a clique. Each node's plugin prepares the channel for its pods
+// and runs the domain's IMEX daemon.
+const (
+	// KindIMEXChannel is an IMEX channel of an NVLink clique.
+	KindIMEXChannel Kind = "imex-channel"
+	// AttrChannel is a channel device's channel number: the container gets
+	// /dev/nvidia-caps-imex-channels/channel<N>.
+	AttrChannel = "channel"
+	// LabelClique is the node label holding the node's clique
+	// ("<cluster UUID>.<clique ID>", the AttrCliqueID of its GPUs), set by
+	// dra-controller from the node's slices; the channel slices select
+	// nodes by it.
+	LabelClique = DriverName + "/clique"
+	// channelPoolPrefix starts the pool name of a clique's channels.
+	channelPoolPrefix   = "imex-channels."
+	channelDevicePrefix = "channel-"
+)
+
+// ChannelPoolName is the pool of the IMEX channels of a clique.
+func ChannelPoolName(cliqueID string) string { return channelPoolPrefix + cliqueID }
+
+// ChannelPoolClique returns the clique of a channel pool, and false for any
+// other pool (a node's).
+func ChannelPoolClique(pool string) (string, bool) {
+	clique, ok := strings.CutPrefix(pool, channelPoolPrefix)
+	return clique, ok && clique != ""
+}
+
+// ChannelDeviceName is the device name of channel n.
+func ChannelDeviceName(n int) string { return channelDevicePrefix + strconv.Itoa(n) }
+
+// ChannelNumber parses a channel device's name.
+func ChannelNumber(device string) (int, error) {
+	s, ok := strings.CutPrefix(device, channelDevicePrefix)
+	n, err := strconv.Atoi(s)
+	if !ok || err != nil || n < 0 || strconv.Itoa(n) != s {
+		return 0, fmt.Errorf("device %q is not an IMEX channel (want %s<N>)", device, channelDevicePrefix)
+	}
+	return n, nil
+}
