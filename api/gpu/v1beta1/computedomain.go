@@ -7,6 +7,10 @@ import (
 // ComputeDomainKind is the kind of ComputeDomain.
 const ComputeDomainKind = "ComputeDomain"
 
+// ComputeDomainResource is the resource of ComputeDomains, for dynamic
+// clients and informers.
+var ComputeDomainResource = GroupVersion.WithResource("computedomains")
+
 // ComputeDomain is a multi-node NVLink (IMEX) domain: the pods of one job
 // spread over several trays of an NVLink rack (GB200 NVL72) that share GPU
 // memory across nodes. A job creates it beside its pods. The driver's
