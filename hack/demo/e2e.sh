@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make e2e: builds the driver image, brings up the local cluster (GDD_NODES=3: two
-# simulated DGX H100 nodes and one L4 node), installs the chart, runs test/e2e
+# make e2e: builds the driver image, brings up the local cluster (GDD_NODES=6: two
+# simulated DGX H100 nodes, one L4 node, three GB200 trays; hack/demo/lib.sh), installs the chart, runs test/e2e
 # against it and tears the cluster down.
 #
 # Usage: hack/demo/e2e.sh [go test flags, e.g. -run TestScenarios]
@@ -40,6 +40,6 @@ E2E=1 E2E_KUBECONFIG=$KUBECONFIG E2E_RELEASE=$DEMO_RELEASE E2E_NAMESPACE=$DEMO_N
 	E2E_NODE=${GDD_NODE_NAMES%% *} E2E_SIMULATE=$DEMO_SIMULATE HELM=$(command -v helm) \
 	E2E_KUBECTL_GPU=$PWD/bin/kubectl-gpu E2E_HEALTH_RECOVERY_WINDOW=$DEMO_HEALTH_RECOVERY_WINDOW \
 	E2E_KUEUE_DIR=$DEMO_KUEUE_DIR E2E_KUEUE_BUILD_LOG=$DEMO_KUEUE_LOG E2E_STATE_DIR=$GDD_STATE_DIR \
-	E2E_VOLCANO=$DEMO_VOLCANO E2E_VOLCANO_SKIP=$DEMO_VOLCANO_SKIP \
+	E2E_VOLCANO=$DEMO_VOLCANO E2E_VOLCANO_SKIP=$DEMO_VOLCANO_SKIP E2E_TRAY_TAINT=$DEMO_TRAY_TAINT \
 	./bin/e2e.test -test.v -test.timeout 80m "$@" 2>&1 |
 	grep --line-buffered -vE '^=== (RUN|PAUSE|CONT)' || test "${PIPESTATUS[0]}" -eq 0

@@ -9,12 +9,16 @@ gdd_go_env
 GDD_STATE_DIR=${GDD_STATE_DIR:-/tmp/gdd}
 export GDD_STATE_DIR
 # The demo and e2e run on a fleet of GDD_NODES nodes (hack/cluster/node.sh): by
-# default two simulated DGX H100 and one L4 node (DEMO_NODE_MACHINES, NODE=MACHINE
+# default two simulated DGX H100 and one L4 node, then three GB200 NVL72 trays, two
+# of rack-a and one of rack-b, for the compute domains (DEMO_NODE_MACHINES, NODE=MACHINE
 # entries for nodes that do not simulate DEMO_SIMULATE; entries for nodes beyond
-# GDD_NODES are ignored).
-GDD_NODES=${GDD_NODES:-3}
+# GDD_NODES are ignored). The trays are tainted DEMO_TRAY_TAINT, as a rack's node
+# pool usually is, so only the compute-domain parts (which tolerate it) and the
+# plugin run there.
+GDD_NODES=${GDD_NODES:-6}
 export GDD_NODES
-DEMO_NODE_MACHINES=${DEMO_NODE_MACHINES:-gpu-node-2=l4x4}
+DEMO_NODE_MACHINES=${DEMO_NODE_MACHINES:-gpu-node-2=l4x4,gpu-node-3=gb200nvl72@rack-a,gpu-node-4=gb200nvl72@rack-a,gpu-node-5=gb200nvl72@rack-b}
+DEMO_TRAY_TAINT=${DEMO_TRAY_TAINT:-demo.gpu.dra.dev/nvl72=true:NoSchedule}
 DEMO_RELEASE=${DEMO_RELEASE:-gpu-dra-driver}
 DEMO_NAMESPACE=${DEMO_NAMESPACE:-gpu-dra-driver}
 DEMO_SIMULATE=${DEMO_SIMULATE:-dgxh100}
@@ -86,7 +90,28 @@ demo_up() {
 	DEMO_STARTED_CLUSTER=1
 	# shellcheck disable=SC1091
 	source "$GDD_STATE_DIR/env"
+	demo_taint_trays
 	demo_install "$@"
+}
+
+# demo_taint_trays taints the nodes DEMO_NODE_MACHINES makes GB200 trays with
+# DEMO_TRAY_TAINT.
+demo_taint_trays() {
+	local entry node
+	for entry in ${DEMO_NODE_MACHINES//,/ }; do
+		node=${entry%%=*}
+		[[ ${entry#*=} == gb200* && " ${GDD_NODE_NAMES:-} " == *" $node "* ]] || continue
+		kubectl taint node "$node" "$DEMO_TRAY_TAINT" --overwrite >/dev/null
+	done
+}
+
+# demo_tray_toleration_args prints the helm arguments that let the plugin run on
+# the tainted trays.
+demo_tray_toleration_args() {
+	local key=${DEMO_TRAY_TAINT%%=*} effect=${DEMO_TRAY_TAINT##*:}
+	printf '%s\n' --set "kubeletPlugin.tolerations[0].key=$key" \
+		--set "kubeletPlugin.tolerations[0].operator=Exists" \
+		--set "kubeletPlugin.tolerations[0].effect=$effect"
 }
 
 # demo_node_machine_args prints the helm arguments that give nodes of
@@ -119,7 +144,7 @@ demo_node_machine_args() {
 # plugin on every node to publish its slices.
 demo_install() {
 	local machines
-	mapfile -t machines < <(demo_node_machine_args)
+	mapfile -t machines < <(demo_node_machine_args; demo_tray_toleration_args)
 	gdd_log "helm install $DEMO_RELEASE (simulate=$DEMO_SIMULATE ${machines[*]}, kubeletDir=$GDD_STATE_DIR/node/kubelet, health recovery window $DEMO_HEALTH_RECOVERY_WINDOW)"
 	helm upgrade --install "$DEMO_RELEASE" "$DEMO_CHART" -n "$DEMO_NAMESPACE" --create-namespace \
 		--set simulate="$DEMO_SIMULATE" "${machines[@]}" --set kubeletDir="$GDD_STATE_DIR/node/kubelet" \

@@ -32,7 +32,7 @@ func cordonOthers(cordon bool) error {
 func useFleet(t *testing.T, min int) []string {
 	t.Helper()
 	if len(env.nodes) < min {
-		t.Skipf("needs %d nodes with the driver, the cluster has %d (%v): make e2e starts 3 (GDD_NODES)", min, len(env.nodes), env.nodes)
+		t.Skipf("needs %d nodes with the driver, the cluster has %d (%v): make e2e starts 3 besides the trays (GDD_NODES)", min, len(env.nodes), env.nodes)
 	}
 	if err := cordonOthers(false); err != nil {
 		t.Fatal(err)

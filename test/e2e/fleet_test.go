@@ -22,7 +22,8 @@ import (
 )
 
 // The fleet tests run on every node of the local cluster (make e2e: two
-// simulated DGX H100 nodes and one L4 node, hack/demo/lib.sh).
+// simulated DGX H100 nodes and one L4 node, hack/demo/lib.sh; the GB200 trays
+// are left to the compute-domain tests).
 
 // productNodes maps each GPU product to the nodes that have it.
 func productNodes(t *testing.T, ctx context.Context, nodes []string) map[string][]string {

@@ -80,15 +80,21 @@ func newClaimPod(ns, name, template string) *corev1.Pod {
 // claimPod creates a pod using a claim from the template and waits until it runs.
 func claimPod(t *testing.T, ctx context.Context, ns, name, template string) *corev1.Pod {
 	t.Helper()
-	pod := newClaimPod(ns, name, template)
-	if _, err := env.cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pod %s/%s: %v", ns, name, err)
+	return runPod(t, ctx, newClaimPod(ns, name, template))
+}
+
+// runPod creates the pod and waits until it runs; a pod that does not run
+// fails the test with its events.
+func runPod(t *testing.T, ctx context.Context, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if _, err := env.cluster.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}
-	if err := env.runner.WaitPodRunning(ctx, ns, name); err != nil {
-		evs, _ := env.runner.PodEvents(ctx, ns, name)
+	if err := env.runner.WaitPodRunning(ctx, pod.Namespace, pod.Name); err != nil {
+		evs, _ := env.runner.PodEvents(ctx, pod.Namespace, pod.Name)
 		t.Fatalf("%v; events: %s", err, strings.Join(evs, "; "))
 	}
-	got, err := env.cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	got, err := env.cluster.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,9 @@ var env struct {
 	kubeletDir, simulate     string
 	cdiDir, helm, repoRoot   string
 	node                     string   // the node single-node tests use (E2E_NODE)
-	nodes                    []string // every node with the driver's slices
+	nodes                    []string // every node with the driver's slices but the trays
+	trays                    []string // the GB200 trays for compute domains, tainted trayTaint
+	trayTaint                string   // E2E_TRAY_TAINT, key=value:effect (hack/demo/lib.sh DEMO_TRAY_TAINT)
 	nodesDir, stateDir       string   // the local cluster's host view of the nodes, its state dir
 	nodeLocal                string   // where each node sees its own directory ("": not the local cluster)
 	pluginSA                 string
@@ -119,7 +122,8 @@ func setup() error {
 	defer cancel()
 	for {
 		slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
-		if err == nil && len(slices.Items) > 0 && slices.Items[0].Spec.NodeName != nil {
+		if err == nil && len(slices.Items) > 0 {
+			// Channel slices of compute domains have a node selector, no node.
 			seen := map[string]bool{}
 			for _, s := range slices.Items {
 				if n := s.Spec.NodeName; n != nil && !seen[*n] {
@@ -141,6 +145,10 @@ func setup() error {
 		case <-time.After(time.Second):
 		}
 	}
+	env.trayTaint = getenv("E2E_TRAY_TAINT", "demo.gpu.dra.dev/nvl72=true:NoSchedule")
+	if err := splitTrays(ctx); err != nil {
+		return err
+	}
 	dss, err := c.Client.AppsV1().DaemonSets(env.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=kubelet-plugin"})
 	if err != nil || len(dss.Items) == 0 {
 		return fmt.Errorf("no kubelet plugin DaemonSet in namespace %s: %v", env.namespace, err)
@@ -157,4 +165,29 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// splitTrays moves the nodes tainted env.trayTaint's key (the GB200 trays
+// that hack/demo/lib.sh reserves for compute domains) from env.nodes to
+// env.trays: the fleet tests use the other nodes.
+func splitTrays(ctx context.Context) error {
+	key, _, _ := strings.Cut(env.trayTaint, "=")
+	var nodes []string
+	for _, n := range env.nodes {
+		node, err := env.cluster.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n, err)
+		}
+		tray := false
+		for _, taint := range node.Spec.Taints {
+			tray = tray || taint.Key == key
+		}
+		if tray && n != env.node {
+			env.trays = append(env.trays, n)
+		} else {
+			nodes = append(nodes, n)
+		}
+	}
+	env.nodes = nodes
+	return nil
 }
