@@ -181,8 +181,10 @@ func TestReserveNeverDoubleAllocates(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("operations: %v", ops)
-			if ops["allocate"] == 0 || ops["prepare"] == 0 || ops["refused (fits the full model)"] == 0 {
-				t.Errorf("the sequence did not exercise allocations, prepares and refusals: %v", ops)
+			// Refusals the full model would allocate are rare here (0–6 in
+			// 400 steps); TestReserveRefusesMoreThanKFreshGPUs has them.
+			if ops["allocate"] == 0 || ops["prepare"] == 0 || ops["allocate (does not fit)"] == 0 {
+				t.Errorf("the sequence did not exercise allocations, prepares and a full node: %v", ops)
 			}
 		})
 	}

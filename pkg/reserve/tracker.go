@@ -67,8 +67,10 @@ type Tracker struct {
 	mu   sync.Mutex
 	// spares are the spare GPUs (counter set names), in the order chosen.
 	spares []string
-	// shown is when each GPU last qualified; it publishes until Hold later.
-	shown map[string]time.Time
+	// qualified GPUs were partitioned or spare at the last Show; stopped
+	// is when the others stopped qualifying: they publish until Hold later.
+	qualified map[string]bool
+	stopped   map[string]time.Time
 	// started: every GPU publishes until the allocations are known and
 	// Hold has passed since, so what the previous instance published (and
 	// the scheduler may have allocated) stays until the node knows it.
@@ -91,7 +93,7 @@ func New(ctx context.Context, opts Options) (*Tracker, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	t := &Tracker{opts: opts, shown: map[string]time.Time{}, started: opts.Now()}
+	t := &Tracker{opts: opts, qualified: map[string]bool{}, stopped: map[string]time.Time{}, started: opts.Now()}
 	if opts.StateFile == "" {
 		return t, nil
 	}
@@ -160,18 +162,26 @@ func (t *Tracker) Show(ctx context.Context, use devicemodel.GPUUse) (map[string]
 	var after time.Duration
 	for _, gpu := range use.GPUs {
 		if use.Partitioned[gpu] || slices.Contains(t.spares, gpu) {
-			t.shown[gpu] = now
-		}
-		last, ok := t.shown[gpu]
-		if !ok || t.started.After(last) {
-			last = t.started
-		}
-		left := t.opts.Hold - now.Sub(last)
-		if use.Partitioned[gpu] || slices.Contains(t.spares, gpu) || left > 0 {
+			t.qualified[gpu] = true
+			delete(t.stopped, gpu)
 			show[gpu] = true
+			continue
 		}
-		if left > 0 && (after == 0 || left < after) && !use.Partitioned[gpu] && !slices.Contains(t.spares, gpu) {
-			after = left
+		if t.qualified[gpu] {
+			delete(t.qualified, gpu)
+			t.stopped[gpu] = now
+		}
+		since := t.started
+		if stopped, ok := t.stopped[gpu]; ok && stopped.After(since) {
+			since = stopped
+		}
+		if left := t.opts.Hold - now.Sub(since); left > 0 {
+			show[gpu] = true
+			if after == 0 || left < after {
+				after = left
+			}
+		} else {
+			delete(t.stopped, gpu)
 		}
 	}
 	return show, after
