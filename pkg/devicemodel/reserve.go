@@ -106,26 +106,8 @@ func UseOf(res resourceslice.DriverResources, pool string, held map[string]bool)
 // even when left empty (as with Withdraw), so a change of what is shown on
 // one GPU changes only that GPU's slice. res is not modified.
 func Reserve(res resourceslice.DriverResources, pool string, show map[string]bool) resourceslice.DriverResources {
-	p, ok := res.Pools[pool]
-	if !ok {
-		return res
-	}
-	out := resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(res.Pools))}
-	for name, other := range res.Pools {
-		out.Pools[name] = other
-	}
-	slices := make([]resourceslice.Slice, len(p.Slices))
-	for i, s := range p.Slices {
-		kept := make([]resourceapi.Device, 0, len(s.Devices))
-		for j := range s.Devices {
-			if gpu, ok := ReservableGPU(&s.Devices[j]); !ok || show[gpu] {
-				kept = append(kept, s.Devices[j])
-			}
-		}
-		s.Devices = kept
-		slices[i] = s
-	}
-	p.Slices = slices
-	out.Pools[pool] = p
-	return out
+	return keepDevices(res, pool, func(d *resourceapi.Device) bool {
+		gpu, ok := ReservableGPU(d)
+		return !ok || show[gpu]
+	})
 }

@@ -84,13 +84,6 @@ func reserveWalk(t *testing.T, n *simnode.Node, k int, hold time.Duration, lag i
 		hidden, _ := tracker.Hide(ctx, res, n.Name, prepared)
 		reserved.Slices = namedSlices(devicemodel.Withdraw(hidden, n.Name, prepared), n.Name)
 	}
-	pick := func(ok func(*held) bool) *held {
-		c := slices.DeleteFunc(slices.Clone(claims), func(h *held) bool { return !ok(h) })
-		if len(c) == 0 {
-			return nil
-		}
-		return c[rng.IntN(len(c))]
-	}
 	ops := map[string]int{}
 	republish()
 	for step := range steps {
@@ -124,27 +117,8 @@ func reserveWalk(t *testing.T, n *simnode.Node, k int, hold time.Duration, lag i
 			default:
 				ops["allocate (does not fit)"]++
 			}
-		case op < 14:
-			if h := pick(func(h *held) bool { return !h.prepared && !h.released }); h != nil {
-				h.prepared = true
-				ops["prepare"]++
-			}
-		case op < 17:
-			if h := pick(func(h *held) bool { return h.prepared }); h != nil {
-				h.prepared = false
-				ops["unprepare"]++
-			}
 		default:
-			h := pick(func(h *held) bool { return !h.released })
-			switch {
-			case h == nil:
-			case h.prepared && rng.IntN(4) == 0:
-				h.released = true
-				ops["release while prepared"]++
-			default:
-				h.prepared, h.released = false, true
-				ops["release"]++
-			}
+			lifecycleStep(rng, op, claims, ops)
 		}
 		claims = slices.DeleteFunc(claims, func(h *held) bool { return h.released && !h.prepared })
 		now := map[string]bool{}
