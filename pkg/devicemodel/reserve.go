@@ -2,6 +2,7 @@ package devicemodel
 
 import (
 	"fmt"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -25,6 +26,28 @@ type ReservePolicy struct {
 	// shares. 0 (the default) turns the reserve policy off: every GPU
 	// publishes everything, as without it.
 	SpareGPUs int `json:"spareGPUs,omitempty"`
+	// HoldSeconds is how long a GPU keeps publishing its MIG placements
+	// and shares after it stopped qualifying, so that an allocation the
+	// scheduler made before the node saw it keeps its device published
+	// (0: DefaultReserveHoldSeconds). Raise it where the scheduler's
+	// binding cycles or the API server's watches lag longer.
+	HoldSeconds int `json:"holdSeconds,omitempty"`
+}
+
+// DefaultReserveHoldSeconds is the reserve policy's hold when the policy
+// gives none.
+const DefaultReserveHoldSeconds = 30
+
+// MaxReserveHoldSeconds bounds reserve.holdSeconds: an hour of hold
+// publishes what the policy is meant to hide.
+const MaxReserveHoldSeconds = 3600
+
+// Hold is the hold as a duration.
+func (r ReservePolicy) Hold() time.Duration {
+	if r.HoldSeconds == 0 {
+		return DefaultReserveHoldSeconds * time.Second
+	}
+	return time.Duration(r.HoldSeconds) * time.Second
 }
 
 // Enabled reports whether the reserve policy hides anything.
@@ -33,6 +56,9 @@ func (r ReservePolicy) Enabled() bool { return r.SpareGPUs > 0 }
 func (r ReservePolicy) validate() error {
 	if r.SpareGPUs < 0 || r.SpareGPUs > MaxSpareGPUs {
 		return fmt.Errorf("reserve.spareGPUs: %d is not in 0..%d (0 turns the reserve policy off)", r.SpareGPUs, MaxSpareGPUs)
+	}
+	if r.HoldSeconds < 0 || r.HoldSeconds > MaxReserveHoldSeconds {
+		return fmt.Errorf("reserve.holdSeconds: %d is not in 0..%d (0: %d)", r.HoldSeconds, MaxReserveHoldSeconds, DefaultReserveHoldSeconds)
 	}
 	return nil
 }

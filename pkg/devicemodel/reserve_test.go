@@ -53,11 +53,14 @@ func TestUseOf(t *testing.T) {
 // TestReservePolicyValidation: reserve.spareGPUs is named when out of range.
 func TestReservePolicyValidation(t *testing.T) {
 	for policy, wantErr := range map[string]string{
-		"reserve: {spareGPUs: 1}":  "",
-		"reserve: {spareGPUs: 0}":  "",
-		"reserve: {spareGPUs: -1}": "reserve.spareGPUs: -1 is not in 0..64",
-		"reserve: {spareGPUs: 65}": "reserve.spareGPUs: 65 is not in 0..64",
-		"reserve: {spares: 1}":     `unknown field "spares"`,
+		"reserve: {spareGPUs: 1}":                    "",
+		"reserve: {spareGPUs: 0}":                    "",
+		"reserve: {spareGPUs: -1}":                   "reserve.spareGPUs: -1 is not in 0..64",
+		"reserve: {spareGPUs: 65}":                   "reserve.spareGPUs: 65 is not in 0..64",
+		"reserve: {spares: 1}":                       `unknown field "spares"`,
+		"reserve: {spareGPUs: 1, holdSeconds: 5}":    "",
+		"reserve: {spareGPUs: 1, holdSeconds: -1}":   "reserve.holdSeconds: -1 is not in 0..3600 (0: 30)",
+		"reserve: {spareGPUs: 1, holdSeconds: 3601}": "reserve.holdSeconds: 3601 is not in 0..3600",
 	} {
 		file := filepath.Join(t.TempDir(), "policy.yaml")
 		if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {

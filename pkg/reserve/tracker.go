@@ -29,8 +29,8 @@ import (
 // shares after it stopped qualifying (no partition held, not a spare):
 // longer than the scheduler takes from allocating a claim to storing the
 // allocation plus the informer's delay, so an allocation the node has not
-// seen yet keeps its device published.
-const DefaultHold = 30 * time.Second
+// seen yet keeps its device published. The policy's holdSeconds sets it.
+const DefaultHold = devicemodel.DefaultReserveHoldSeconds * time.Second
 
 // Allocated says which devices of the pool the scheduler has allocated;
 // *Allocations implements it.
@@ -54,7 +54,8 @@ type Options struct {
 	Allocated Allocated
 	// StateFile keeps the spare choice across restarts; empty: not kept.
 	StateFile string
-	// Hold defaults to DefaultHold; negative: no hold (tests only).
+	// Hold defaults to the policy's (DefaultHold unless it sets
+	// holdSeconds); negative: no hold (tests only).
 	Hold time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
@@ -88,7 +89,7 @@ func New(ctx context.Context, opts Options) (*Tracker, error) {
 		return nil, fmt.Errorf("reserve policy: spareGPUs is %d, want at least 1", opts.Policy.SpareGPUs)
 	}
 	if opts.Hold == 0 {
-		opts.Hold = DefaultHold
+		opts.Hold = opts.Policy.Hold()
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
