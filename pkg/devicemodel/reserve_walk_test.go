@@ -59,7 +59,6 @@ func reserveWalk(t *testing.T, n *simnode.Node, k int, hold time.Duration, lag i
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock = clock.Add(time.Hour) // past the start hold
 
 	var claims []*held
 	var history []map[string]bool // allocated devices after each step
@@ -85,6 +84,8 @@ func reserveWalk(t *testing.T, n *simnode.Node, k int, hold time.Duration, lag i
 		reserved.Slices = namedSlices(devicemodel.Withdraw(hidden, n.Name, prepared), n.Name)
 	}
 	ops := map[string]int{}
+	republish()
+	clock = clock.Add(time.Hour) // past the start hold
 	republish()
 	for step := range steps {
 		switch op := rng.IntN(20); {

@@ -72,9 +72,10 @@ type Tracker struct {
 	// is when the others stopped qualifying: they publish until Hold later.
 	qualified map[string]bool
 	stopped   map[string]time.Time
-	// started: every GPU publishes until the allocations are known and
-	// Hold has passed since, so what the previous instance published (and
-	// the scheduler may have allocated) stays until the node knows it.
+	// started: every GPU publishes until Hold after the first Show (the
+	// first publication) and after the allocations are known, so what the
+	// previous instance published (and the scheduler may have allocated)
+	// stays until the node knows it.
 	started time.Time
 }
 
@@ -94,7 +95,7 @@ func New(ctx context.Context, opts Options) (*Tracker, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	t := &Tracker{opts: opts, qualified: map[string]bool{}, stopped: map[string]time.Time{}, started: opts.Now()}
+	t := &Tracker{opts: opts, qualified: map[string]bool{}, stopped: map[string]time.Time{}}
 	if opts.StateFile == "" {
 		return t, nil
 	}
@@ -129,9 +130,10 @@ func (t *Tracker) Changed() <-chan struct{} {
 	return t.opts.Allocated.AllocationsChanged()
 }
 
-// Hide implements publisher.Reserve: res (the node's full model) without the MIG placements and shares of GPUs that neither
-// qualify (partitioned, or spare) nor qualified less than Hold ago, given
-// the devices prepared on the node. after > 0 asks to be called again
+// Hide implements publisher.Reserve: res (the node's full model) without
+// the MIG placements and shares of GPUs that neither qualify (partitioned,
+// or spare) nor qualified less than Hold ago, given the devices prepared
+// on the node and those the pool's claims are allocated. after > 0 asks to be called again
 // that much later, when a hold ends.
 func (t *Tracker) Hide(ctx context.Context, res resourceslice.DriverResources, pool string, prepared map[string]bool) (resourceslice.DriverResources, time.Duration) {
 	held := prepared
@@ -152,6 +154,9 @@ func (t *Tracker) Show(ctx context.Context, use devicemodel.GPUUse) (map[string]
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.opts.Now()
+	if t.started.IsZero() {
+		t.started = now
+	}
 	if t.opts.Allocated != nil && !t.opts.Allocated.Synced() {
 		// Not knowing what is allocated, publish everything and keep
 		// the spares as they are.

@@ -90,10 +90,11 @@ func TestSparesAreSticky(t *testing.T) {
 
 // TestHold: a GPU that stops qualifying stays shown for the hold, and
 // the tracker asks to be called again when it ends; after a start, every
-// GPU is shown for the hold.
+// GPU is shown for the hold from the first Show (the first publication).
 func TestHold(t *testing.T) {
 	now := time.Unix(1000, 0)
 	tr := newTracker(t, 1, 30*time.Second, "", &now)
+	now = now.Add(time.Hour) // the first publication comes late: the start hold counts from it
 	show, after := tr.Show(t.Context(), use([]string{"gpu-2"}, nil))
 	if len(show) != len(gpus) || after != 30*time.Second {
 		t.Fatalf("at start: shown %v, again after %s; want every GPU, 30s", show, after)

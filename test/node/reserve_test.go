@@ -31,7 +31,7 @@ func TestReservePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	policyFile := filepath.Join(t.TempDir(), "device-policy.yaml")
-	if err := os.WriteFile(policyFile, []byte("reserve: {spareGPUs: 1, holdSeconds: 1}\n"), 0o644); err != nil {
+	if err := os.WriteFile(policyFile, []byte("reserve: {spareGPUs: 1, holdSeconds: 2}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	client := apiserver.NodeClient(nodeName)
