@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/deviceclass"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/reserve"
 )
 
 // costFills are the fill levels of issue #14's allocator goal: k of the
@@ -103,11 +104,15 @@ func clockAllocate(b *testing.B, c *at.Cluster, node string, req resourceapi.Dev
 // The full model is timed twice: as published before withdrawal (every
 // device, whatever is held) and as the node publishes it once it has
 // prepared the held claims and withdrawn what they make impossible to
-// allocate (docs/device-model.md, "What is published when").
+// allocate (docs/device-model.md, "What is published when"). The reserve
+// policy with K=1 and K=2 spare GPUs is timed after withdrawal (issue
+// #26; docs/device-model.md, "Reserve policy"): the held GPUs publish
+// their whole GPU only, K free GPUs everything, the others their whole GPU.
 //
 // Per fill level: whole-only-us, the median whole-only call; <kind>-x, full
-// ÷ whole-only; <kind>-w-x, full with withdrawal ÷ whole-only. The parent
-// logs the ratios averaged over the fill levels against the goals.
+// ÷ whole-only; <kind>-w-x, full with withdrawal ÷ whole-only; <kind>-r1-x
+// and <kind>-r2-x, reserve K=1 and K=2 ÷ whole-only. The parent logs the
+// ratios averaged over the fill levels against the goals.
 func BenchmarkAllocatorCost(b *testing.B) {
 	n := simnode.New(b, "dgxh100", "dgxh100")
 	ratios := make([][]float64, costFills+1) // [fill][model*len(costKinds)+kind]
@@ -120,22 +125,42 @@ func BenchmarkAllocatorCost(b *testing.B) {
 		return // filtered by -bench
 	}
 	var sum strings.Builder
-	for model, title := range []string{"full model", "full model with withdrawal"} {
-		fmt.Fprintf(&sum, "\n%s ÷ whole-GPU-only model, averaged over fill levels 0..%d:", title, costFills)
+	for model, m := range costModels {
+		fmt.Fprintf(&sum, "\n%s ÷ whole-GPU-only model, averaged over fill levels 0..%d:", m.title, costFills)
 		for i, kind := range costKinds {
 			j := model*len(costKinds) + i
 			var avg float64
 			for k := range costFills + 1 {
 				avg += ratios[k][j] / float64(costFills+1)
 			}
-			met := "not met"
-			if avg <= kind.goal {
-				met = "met"
+			goal := ""
+			if g := m.goal(i); g > 0 {
+				met := "not met"
+				if avg <= g {
+					met = "met"
+				}
+				goal = fmt.Sprintf("  goal ≤ %.1f×: %s", g, met)
 			}
-			fmt.Fprintf(&sum, "\n  %-9s %6.1f×  (empty node %6.1f×, full node %6.1f×)  goal ≤ %.1f×: %s", kind.name, avg, ratios[0][j], ratios[costFills][j], kind.goal, met)
+			fmt.Fprintf(&sum, "\n  %-9s %6.1f×  (empty node %6.1f×, full node %6.1f×)%s", kind.name, avg, ratios[0][j], ratios[costFills][j], goal)
 		}
 	}
 	b.Log(sum.String())
+}
+
+// costModels are the models BenchmarkAllocatorCost times against the
+// whole-GPU-only one: what each publishes with fill GPUs held whole, the
+// suffix of its per-fill metrics, and its goal per claim kind (0: none).
+var costModels = []struct {
+	title, suffix string
+	withdraw      bool
+	spares        int // reserve policy's K; 0: off
+	goal          func(kind int) float64
+}{
+	{"full model", "-x", false, 0, func(kind int) float64 { return costKinds[kind].goal }},
+	{"full model with withdrawal", "-w-x", true, 0, func(int) float64 { return 0 }},
+	// Issue #26: lean counters and reserve K=1 within 1.5× per whole-GPU claim.
+	{"reserve K=1 with withdrawal", "-r1-x", true, 1, func(kind int) float64 { return map[int]float64{0: 1.5}[kind] }},
+	{"reserve K=2 with withdrawal", "-r2-x", true, 2, func(int) float64 { return 0 }},
 }
 
 // costAtFill times the calls at one fill level and returns full ÷
@@ -143,9 +168,12 @@ func BenchmarkAllocatorCost(b *testing.B) {
 func costAtFill(b *testing.B, n *simnode.Node, fill int) []float64 {
 	base := costCluster(b, n, build(n, wholeGPUOnly()), fill, false)
 	full := build(n, devicemodel.Policy{})
-	models := []*at.Cluster{costCluster(b, n, full, fill, false), costCluster(b, n, full, fill, true)}
 	phases := [][]func() time.Duration{{func() time.Duration { return timeAllocate(b, base, n.Name, costKinds[0].req) }}}
-	for _, c := range models {
+	for _, m := range costModels {
+		c := costCluster(b, n, full, fill, m.withdraw)
+		if m.spares > 0 {
+			reserveCluster(b, n, c, full, m.spares)
+		}
 		var calls []func() time.Duration
 		for _, kind := range costKinds {
 			calls = append(calls, func() time.Duration { return timeAllocate(b, c, n.Name, kind.req) })
@@ -159,13 +187,28 @@ func costAtFill(b *testing.B, n *simnode.Node, fill int) []float64 {
 	out := make([]float64, len(ns))
 	for j := range ns {
 		out[j] = float64(median(ns[j])) / float64(baseMedian)
-		suffix := "-x"
-		if j >= len(costKinds) {
-			suffix = "-w-x"
-		}
-		b.ReportMetric(out[j], costKinds[j%len(costKinds)].name+suffix)
+		b.ReportMetric(out[j], costKinds[j%len(costKinds)].name+costModels[j/len(costKinds)].suffix)
 	}
 	return out
+}
+
+// reserveCluster has c, whose held claims node n has prepared, publish
+// what n publishes under the reserve policy with k spare GPUs (once the
+// start hold is over), after withdrawal.
+func reserveCluster(b *testing.B, n *simnode.Node, c *at.Cluster, full resourceslice.DriverResources, k int) {
+	b.Helper()
+	held := map[string]bool{}
+	for _, claim := range c.Allocated {
+		for _, d := range at.Devices(claim) {
+			held[d] = true
+		}
+	}
+	tracker, err := reserve.New(b.Context(), reserve.Options{Policy: devicemodel.ReservePolicy{SpareGPUs: k}, Hold: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hidden, _ := tracker.Hide(b.Context(), full, n.Name, held)
+	c.Slices = namedSlices(devicemodel.Withdraw(hidden, n.Name, held), n.Name)
 }
 
 // build is node n's resources under policy.

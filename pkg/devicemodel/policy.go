@@ -62,6 +62,10 @@ type SharePolicy struct {
 type Policy struct {
 	Default GPUPolicy            `json:"default"`
 	GPUs    map[string]GPUPolicy `json:"gpus,omitempty"`
+	// Reserve, with SpareGPUs above 0, publishes MIG placements and shares
+	// only on GPUs already partitioned or shared plus a few spare GPUs
+	// (reserve.go, docs/device-model.md "Reserve policy").
+	Reserve ReservePolicy `json:"reserve,omitempty"`
 }
 
 // DefaultMaxShares is the share count when the policy gives none.
@@ -116,6 +120,9 @@ func (p Policy) Validate() error {
 			}
 		}
 		return nil
+	}
+	if err := p.Reserve.validate(); err != nil {
+		return err
 	}
 	if err := check("default", p.Default); err != nil {
 		return err

@@ -42,6 +42,19 @@ func Withdraw(res resourceslice.DriverResources, pool string, prepared map[strin
 			}
 		}
 	}
+	return keepDevices(res, pool, func(d *resourceapi.Device) bool {
+		return prepared[d.Name] || fits(left, d.ConsumesCounters)
+	})
+}
+
+// keepDevices returns res with only the devices of pool that keep
+// accepts. Slices keep their place and number, even when left empty, so
+// only the slices whose devices changed differ; res is not modified.
+func keepDevices(res resourceslice.DriverResources, pool string, keep func(*resourceapi.Device) bool) resourceslice.DriverResources {
+	p, ok := res.Pools[pool]
+	if !ok {
+		return res
+	}
 	out := resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(res.Pools))}
 	for name, other := range res.Pools {
 		out.Pools[name] = other
@@ -49,9 +62,9 @@ func Withdraw(res resourceslice.DriverResources, pool string, prepared map[strin
 	slices := make([]resourceslice.Slice, len(p.Slices))
 	for i, s := range p.Slices {
 		kept := make([]resourceapi.Device, 0, len(s.Devices))
-		for _, d := range s.Devices {
-			if prepared[d.Name] || fits(left, d.ConsumesCounters) {
-				kept = append(kept, d)
+		for j := range s.Devices {
+			if keep(&s.Devices[j]) {
+				kept = append(kept, s.Devices[j])
 			}
 		}
 		s.Devices = kept

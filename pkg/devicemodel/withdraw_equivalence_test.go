@@ -102,18 +102,6 @@ func withdrawWalk(t *testing.T, n *simnode.Node, res resourceslice.DriverResourc
 		}
 		withdrawn.Slices = namedSlices(devicemodel.Withdraw(res, n.Name, prepared), n.Name)
 	}
-	pick := func(ok func(*held) bool) *held {
-		var c []*held
-		for _, h := range claims {
-			if ok(h) {
-				c = append(c, h)
-			}
-		}
-		if len(c) == 0 {
-			return nil
-		}
-		return c[rng.IntN(len(c))]
-	}
 	allocated := func() []*resourceapi.ResourceClaim {
 		var out []*resourceapi.ResourceClaim
 		for _, h := range claims {
@@ -175,35 +163,50 @@ func withdrawWalk(t *testing.T, n *simnode.Node, res resourceslice.DriverResourc
 			} else {
 				ops["allocate (does not fit)"]++
 			}
-		case op < 14:
-			if h := pick(func(h *held) bool { return !h.prepared && !h.released }); h != nil {
-				h.prepared = true
-				ops["prepare"]++
-			}
-		case op < 17:
-			if h := pick(func(h *held) bool { return h.prepared }); h != nil {
-				h.prepared = false
-				ops["unprepare"]++
-			}
 		default:
-			h := pick(func(h *held) bool { return !h.released })
-			switch {
-			case h == nil:
-			case h.prepared && rng.IntN(4) == 0:
-				h.released = true
-				ops["release while prepared"]++
-			case h.prepared:
-				h.prepared = false // the kubelet unprepares, then the claim is deallocated
-				fallthrough
-			default:
-				h.released = true
-				ops["release"]++
-			}
+			lifecycleStep(rng, op, claims, ops)
 		}
 		claims = slices.DeleteFunc(claims, func(h *held) bool { return h.released && !h.prepared })
 		republish()
 	}
 	return w
+}
+
+// lifecycleStep is a walk's step op (10..19 of 20) other than an
+// allocate, on a random claim: prepare (10..13), unprepare (14..16) or
+// release (17..19; a quarter of the prepared ones are released before
+// their unprepare, as a force-deleted pod's); ops counts it.
+func lifecycleStep(rng *rand.Rand, op int, claims []*held, ops map[string]int) {
+	pick := func(ok func(*held) bool) *held {
+		c := slices.DeleteFunc(slices.Clone(claims), func(h *held) bool { return !ok(h) })
+		if len(c) == 0 {
+			return nil
+		}
+		return c[rng.IntN(len(c))]
+	}
+	switch {
+	case op < 14:
+		if h := pick(func(h *held) bool { return !h.prepared && !h.released }); h != nil {
+			h.prepared = true
+			ops["prepare"]++
+		}
+	case op < 17:
+		if h := pick(func(h *held) bool { return h.prepared }); h != nil {
+			h.prepared = false
+			ops["unprepare"]++
+		}
+	default:
+		h := pick(func(h *held) bool { return !h.released })
+		switch {
+		case h == nil:
+		case h.prepared && rng.IntN(4) == 0:
+			h.released = true
+			ops["release while prepared"]++
+		default:
+			h.prepared, h.released = false, true // the kubelet unprepares, then the claim is deallocated
+			ops["release"]++
+		}
+	}
 }
 
 // randomClaim is one claim of the kinds a pod asks for: whole GPUs, MIG

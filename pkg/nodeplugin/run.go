@@ -23,6 +23,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/reserve"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/staleclaims"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/telemetry"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -30,6 +31,10 @@ import (
 
 // CheckpointFile is the checkpoint's name inside the plugin data directory.
 const CheckpointFile = "checkpoint.json"
+
+// ReserveFile, in the plugin data directory, keeps the reserve policy's
+// spare GPUs across restarts.
+const ReserveFile = "reserve.json"
 
 // InventoryFile, in the plugin data directory, keeps the GPUs the last
 // discovery found, for those a restart finds bound to vfio-pci.
@@ -150,12 +155,17 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	hide, err := reservePolicy(ctx, cfg, client, policy.Reserve)
+	if err != nil {
+		return err
+	}
 	go publisher.Run(ctx, publisher.Options{
 		Target: target, Health: monitor, Resources: node.resources, Devices: drv.HealthDevices,
 		Policy: taintPolicy(ctx, cfg),
 		// Devices that what is prepared makes impossible to allocate are
 		// withdrawn, one slice update at a time.
 		Pool: cfg.NodeName, Prepared: drv, Stored: publisher.WatchSlices(ctx, client, cfg.DriverName, cfg.NodeName),
+		Reserve: hide,
 	})
 	if cfg.MetricsAddress != "" {
 		sec, err := metricsSecurity(cfg, client)
@@ -275,4 +285,21 @@ func staleReleaser(cfg *Config, client kubernetes.Interface, drv *prepare.Engine
 		Client: client, Engine: drv, DriverName: cfg.DriverName, PoolName: cfg.NodeName, NodeName: cfg.NodeName,
 		GracePeriod: cfg.StaleClaimGracePeriod, PodResourcesSocket: cfg.PodResourcesSocket, NVML: nvml,
 	})
+}
+
+// reservePolicy follows the pool's allocations and keeps the spare GPUs
+// when the device policy enables the reserve policy; nil otherwise.
+func reservePolicy(ctx context.Context, cfg *Config, client kubernetes.Interface, policy devicemodel.ReservePolicy) (publisher.Reserve, error) {
+	if !policy.Enabled() {
+		return nil, nil
+	}
+	tracker, err := reserve.New(ctx, reserve.Options{
+		Policy:    policy,
+		Allocated: reserve.WatchAllocations(ctx, client, cfg.DriverName, cfg.NodeName),
+		StateFile: filepath.Join(cfg.PluginDataDir, ReserveFile),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return tracker, nil
 }

@@ -40,6 +40,19 @@ type Prepared interface {
 	PreparedChanged() <-chan struct{}
 }
 
+// Reserve hides what the reserve policy does not publish;
+// *reserve.Tracker implements it.
+type Reserve interface {
+	// Hide returns res (the full model) without the MIG placements and
+	// shares of the GPUs that do not publish them, given the devices
+	// prepared on the node;
+	// after > 0 asks for another call that much later (a hold ends).
+	Hide(ctx context.Context, res resourceslice.DriverResources, pool string, prepared map[string]bool) (out resourceslice.DriverResources, after time.Duration)
+	// Changed is signaled when what Hide returns may have changed (the
+	// pool's allocations changed).
+	Changed() <-chan struct{}
+}
+
 // DefaultCoalesce is how long the publisher waits after a prepare or
 // unprepare for the rest of a burst before it publishes: a pod's claims,
 // or several pods started together, then cost one write per GPU slice.
@@ -62,6 +75,9 @@ type Options struct {
 	// Prepared, when set, has the devices that prepared claims make
 	// impossible to allocate withdrawn (devicemodel.Withdraw).
 	Prepared Prepared
+	// Reserve, when set, hides what the reserve policy does not publish
+	// (before withdrawal).
+	Reserve Reserve
 	// Stored, when set, confirms each slice update before the next one
 	// is published (WatchSlices).
 	Stored Stored
@@ -88,10 +104,14 @@ func Run(ctx context.Context, opts Options) {
 		opts.ConfirmTimeout = DefaultConfirmTimeout
 	}
 	r := &run{opts: opts, snaps: opts.Health.Subscribe(ctx)}
-	var changed <-chan struct{}
+	var changed, reserveChanged <-chan struct{}
 	if opts.Prepared != nil {
 		changed = opts.Prepared.PreparedChanged()
 	}
+	if opts.Reserve != nil {
+		reserveChanged = opts.Reserve.Changed()
+	}
+	var wake <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,16 +121,33 @@ func Run(ctx context.Context, opts Options) {
 				return
 			}
 			r.snap, r.started = snap, true
+		case <-wake:
 		case <-changed:
-			select {
-			case <-ctx.Done():
+			if !coalesce(ctx, opts.Coalesce) {
 				return
-			case <-time.After(opts.Coalesce):
+			}
+		case <-reserveChanged:
+			if !coalesce(ctx, opts.Coalesce) {
+				return
 			}
 		}
 		if r.started && !r.converge(ctx) {
 			return
 		}
+		wake = nil
+		if r.after > 0 {
+			wake = time.After(r.after)
+		}
+	}
+}
+
+// coalesce waits d for the rest of a burst; false when ctx ended.
+func coalesce(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 
@@ -122,6 +159,8 @@ type run struct {
 	started bool
 	// published is what the target was last given, nil before that.
 	published *resourceslice.DriverResources
+	// after is when the reserve policy asked to be asked again.
+	after time.Duration
 }
 
 // converge publishes, one slice at a time, until the published resources
@@ -130,7 +169,7 @@ type run struct {
 func (r *run) converge(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	for ctx.Err() == nil {
-		desired := r.desired()
+		desired := r.desired(ctx)
 		next, index := step(r.published, desired)
 		if next == nil {
 			return true
@@ -163,10 +202,20 @@ func (r *run) converge(ctx context.Context) bool {
 }
 
 // desired is what the node should publish now.
-func (r *run) desired() resourceslice.DriverResources {
+func (r *run) desired(ctx context.Context) resourceslice.DriverResources {
 	res := r.opts.Resources
+	var prepared map[string]bool
 	if r.opts.Prepared != nil {
-		res = devicemodel.Withdraw(res, r.opts.Pool, r.opts.Prepared.PreparedDevices())
+		prepared = r.opts.Prepared.PreparedDevices()
+	}
+	// The reserve policy reads what is held off the full model; it never
+	// hides a prepared device, so withdrawing after it withdraws the same.
+	r.after = 0
+	if r.opts.Reserve != nil {
+		res, r.after = r.opts.Reserve.Hide(ctx, res, r.opts.Pool, prepared)
+	}
+	if prepared != nil {
+		res = devicemodel.Withdraw(res, r.opts.Pool, prepared)
 	}
 	return health.TaintResources(res, r.snap, r.opts.Devices(), r.opts.Policy)
 }

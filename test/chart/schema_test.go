@@ -168,6 +168,7 @@ func TestSchemaDevicePolicyMatchesPlugin(t *testing.T) {
 	}{
 		{"definitions/gpuPolicy", def("gpuPolicy"), reflect.TypeFor[devicemodel.GPUPolicy]()},
 		{"definitions/sharePolicy", def("sharePolicy"), reflect.TypeFor[devicemodel.SharePolicy]()},
+		{"definitions/reservePolicy", def("reservePolicy"), reflect.TypeFor[devicemodel.ReservePolicy]()},
 		{"devicePolicy.nodeGroups[].policy", nodeGroupPolicy, reflect.TypeFor[devicemodel.Policy]()},
 	} {
 		if got, want := props(tc.path, tc.node), jsonFields(tc.typ); !slices.Equal(got, want) {

@@ -85,6 +85,9 @@ Argument: dict "root" $ "policy" <policy>.
 {{- with .policy.gpus }}
 {{- $_ := set $policy "gpus" . }}
 {{- end }}
+{{- with .policy.reserve }}
+{{- $_ := set $policy "reserve" . }}
+{{- end }}
 {{- toYaml $policy }}
 {{- end }}
 
@@ -158,4 +161,17 @@ name without the requests. prefix gets a warning.
 {{- if and . (not (regexMatch `^nvidia\.com/(gpu(\..*)?|mig-.*)$` .)) }}{{ $names = append $names . }}{{ end }}
 {{- end }}
 {{- uniq $names | toJson }}
+{{- end }}
+
+{{/*
+Whether a device policy of the chart enables the reserve policy (reserve.spareGPUs > 0):
+its plugins then list and watch ResourceClaims to follow their pool's allocations.
+*/}}
+{{- define "gpu-dra-driver.reservePolicy" -}}
+{{- $on := false }}
+{{- with .Values.devicePolicy.reserve }}{{ if .spareGPUs }}{{ $on = true }}{{ end }}{{ end }}
+{{- range .Values.devicePolicy.nodeGroups }}
+{{- with .policy }}{{ with .reserve }}{{ if .spareGPUs }}{{ $on = true }}{{ end }}{{ end }}{{ end }}
+{{- end }}
+{{- if $on }}true{{ end }}
 {{- end }}
