@@ -25,16 +25,23 @@ func TestHyperNodesRenders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("rendered chart lacks %q", w)
-				}
-			}
-			for _, w := range tc.notWant {
-				if strings.Contains(out, w) {
-					t.Errorf("rendered chart has %q", w)
-				}
-			}
+			checkRendered(t, out, tc.want, tc.notWant)
 		})
+	}
+}
+
+// checkRendered checks that the rendered chart has every string of want
+// and none of notWant.
+func checkRendered(t *testing.T, out string, want, notWant []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("rendered chart lacks %q", w)
+		}
+	}
+	for _, w := range notWant {
+		if strings.Contains(out, w) {
+			t.Errorf("rendered chart has %q", w)
+		}
 	}
 }
