@@ -229,40 +229,75 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// TestRunVolcanoInstalledLater: HyperNodes appear once the API is served,
-// without a restart, and follow a node that joins a clique.
-func TestRunVolcanoInstalledLater(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	f := newFixture(t, nil, nil, Options{Resync: 50 * time.Millisecond})
-	if _, err := f.client.CoreV1().Nodes().Create(ctx, node("tray-a1", cliqueA), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+// TestRun: HyperNodes appear once the API is served, without a restart
+// (the periodic resync), and follow the nodes' clique labels (node events:
+// a long resync does not hide a missing handler).
+func TestRun(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		installedLater bool
+		resync         time.Duration
+	}{
+		{"Volcano installed later", true, 50 * time.Millisecond},
+		{"node events", false, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			f := newFixture(t, nil, nil, Options{})
+			f.installed.Store(!tc.installedLater)
+			nodes := f.client.CoreV1().Nodes()
+			if _, err := nodes.Create(ctx, node("tray-a1", cliqueA), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// The fixture's indexer-only nodes are not used here: a real informer.
+			factory := informers.NewSharedInformerFactory(f.client, 0)
+			c, err := New(f.disc, f.dyn, factory.Core().V1().Nodes(), Options{Resync: tc.resync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			factory.Start(ctx.Done())
+			done := make(chan error)
+			go func() { done <- c.Run(ctx) }()
+
+			if tc.installedLater {
+				time.Sleep(200 * time.Millisecond)
+				if got := f.hyperNodes(t, ctx); len(got) != 0 {
+					t.Fatalf("HyperNodes %v before the API is served", keys(got))
+				}
+				f.installed.Store(true)
+			}
+			waitMembers(t, ctx, f, Name(cliqueA), "tray-a1")
+
+			if _, err := nodes.Create(ctx, node("tray-a2", cliqueA), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitMembers(t, ctx, f, Name(cliqueA), "tray-a1", "tray-a2")
+			if _, err := nodes.Update(ctx, node("tray-a1", cliqueB), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitMembers(t, ctx, f, Name(cliqueA), "tray-a2")
+			waitMembers(t, ctx, f, Name(cliqueB), "tray-a1")
+			if err := nodes.Delete(ctx, "tray-a1", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, ctx, f, Name(cliqueB))
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	// The fixture's indexer-only nodes are not used here: a real informer.
-	factory := informers.NewSharedInformerFactory(f.client, 0)
-	c, err := New(f.disc, f.dyn, factory.Core().V1().Nodes(), Options{Resync: 50 * time.Millisecond})
+}
+
+func waitGone(t *testing.T, ctx context.Context, f *fixture, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return f.hyperNodes(t, ctx)[name] == nil, nil
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	done := make(chan error)
-	go func() { done <- c.Run(ctx) }()
-
-	time.Sleep(200 * time.Millisecond)
-	if got := f.hyperNodes(t, ctx); len(got) != 0 {
-		t.Fatalf("HyperNodes %v before the API is served", keys(got))
-	}
-	f.installed.Store(true)
-	waitMembers(t, ctx, f, Name(cliqueA), "tray-a1")
-
-	if _, err := f.client.CoreV1().Nodes().Create(ctx, node("tray-a2", cliqueA), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitMembers(t, ctx, f, Name(cliqueA), "tray-a1", "tray-a2")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+		t.Fatalf("HyperNode %s of a clique without nodes still there", name)
 	}
 }
 
