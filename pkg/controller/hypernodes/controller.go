@@ -47,8 +47,9 @@ type Controller struct {
 	synced    cache.InformerSynced
 	resync    time.Duration
 	queue     workqueue.TypedRateLimitingInterface[string]
-	// served is the last answer of discovery, to log its changes once.
-	served bool
+	// served is the last answer of discovery (nil: none yet), to log it
+	// once and then its changes.
+	served *bool
 }
 
 // New creates the controller and registers its node event handler; the
@@ -144,9 +145,9 @@ func (c *Controller) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if served != c.served {
-		logger.Info("HyperNode API changed", "resource", Resource, "served", served)
-		c.served = served
+	if c.served == nil || *c.served != served {
+		logger.Info("HyperNode API (Volcano's CRD)", "resource", Resource, "served", served)
+		c.served = &served
 	}
 	if !served {
 		return nil
