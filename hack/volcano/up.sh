@@ -11,7 +11,12 @@
 #
 # Scheduler config (bin written to <state>/volcano/scheduler.conf): actions
 # enqueue, allocate, backfill (Volcano's default); gang; predicates with DRA;
-# capacity with DRA (queue quota per DeviceClass, deviceclass/<class>: N).
+# capacity with DRA (queue quota per DeviceClass, deviceclass/<class>: N);
+# network-topology-aware, which places a Job with spec.networkTopology {mode: hard,
+# highestTierAllowed: N} as a whole inside one HyperNode of tier N or lower
+# (dra-controller keeps a tier-1 HyperNode per NVLink clique; without the plugin
+# the allocate action ignores networkTopology). Its HyperNode-level bin packing of
+# pods without networkTopology is off, so that other Jobs are placed as before.
 #
 # Usage: hack/volcano/up.sh [--state-dir DIR] [--print-skip-reason] [--stop]
 #   --print-skip-reason  print why Volcano cannot run here (nothing if it can) and exit
@@ -108,6 +113,9 @@ tiers:
     arguments:
       capacity.DynamicResourceAllocationEnable: true
   - name: nodeorder
+  - name: network-topology-aware
+    arguments:
+      hypernode.binpack.normal-pod.enable: false
 CONF
 
 # Volcano's admission webhooks for Jobs, as its chart installs them, but called at

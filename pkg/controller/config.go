@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -69,6 +70,9 @@ type Config struct {
 	OutageMassLapseThreshold float64
 	OutageMassLapseMinNodes  int
 	OutageMassLapseTaint     bool
+	// HyperNodes keeps a Volcano HyperNode per NVLink clique once the
+	// HyperNode API is served (pkg/controller/hypernodes).
+	HyperNodes bool
 
 	LeaderElection LeaderElectionConfig
 
@@ -76,6 +80,9 @@ type Config struct {
 	// Kubeconfig (tests, and integration tests against a real API server).
 	KubeClient kubernetes.Interface
 	RestConfig *rest.Config
+	// DynamicClient, when set, replaces the dynamic client built from
+	// Kubeconfig.
+	DynamicClient dynamic.Interface
 	// WebhookListener and HTTPListener, when set, are served instead of
 	// listening on the addresses (tests use port 0).
 	WebhookListener net.Listener
@@ -189,6 +196,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.OutageMassLapseMinNodes, "outage-mass-lapse-min-nodes", nodeoutage.DefaultMassLapseMinNodes, "Fewest lapsed nodes that make a mass lapse (at least 1).")
 	fs.BoolVar(&c.OutageMassLapseTaint, "outage-mass-lapse-taint", true, "During a mass lapse, still taint newly lapsed nodes NoSchedule; false: taint none until the mass lapse is over.")
 
+	fs.BoolVar(&c.HyperNodes, "volcano-hypernodes", true, "Keep one Volcano HyperNode (topology.volcano.sh/v1alpha1, tier 1) per NVLink clique, its members the nodes labelled "+vocabulary.LabelClique+", so that Volcano places a Job with networkTopology mode hard, highestTierAllowed 1 inside one clique (leader only; does nothing until Volcano's HyperNode CRD is served).")
+
 	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", true, "Elect a leader (Lease in --namespace) to run the node label and DeviceClass controllers; turn off only with a single replica.")
 	fs.StringVar(&c.LeaderElection.LeaseName, "leader-elect-lease-name", "gpu-dra-controller", "Name of the leader election Lease.")
 	fs.StringVar(&c.LeaderElection.Identity, "leader-elect-identity", "", "Identity in the Lease; default: host name plus a random suffix.")
@@ -203,9 +212,9 @@ func (c *Config) Validate() error {
 	if c.DriverName == "" {
 		errs = append(errs, errors.New("--driver-name must not be empty"))
 	}
-	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage
+	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage || c.HyperNodes
 	if !c.Webhook.Enabled && !leaderWork {
-		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes and --outage-taints are all off"))
+		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes, --outage-taints and --volcano-hypernodes are all off"))
 	}
 	if c.Outage {
 		if c.Namespace == "" {

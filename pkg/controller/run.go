@@ -171,7 +171,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 
 	// Leader-only controllers.
-	if cfg.NodeLabels || cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses || cfg.Outage {
+	if cfg.NodeLabels || cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses || cfg.Outage || cfg.HyperNodes {
 		if cfg.LeaderElection.Enabled {
 			le, adaptor, err := leaderElector(client, cfg, func(ctx context.Context) {
 				if err := runControllers(ctx, client, cfg, m); err != nil {
@@ -386,11 +386,19 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 		}
 		run = append(run, func(ctx context.Context) error { return c.Run(ctx, cfg.Workers) })
 	}
+	if cfg.HyperNodes {
+		fn, factory, err := hyperNodes(client, cfg)
+		if err != nil {
+			return err
+		}
+		factories = append(factories, factory)
+		run = append(run, fn)
+	}
 	factories = append(factories, sliceFactory)
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses, "outageTaints", cfg.Outage)
+	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses, "outageTaints", cfg.Outage, "volcanoHyperNodes", cfg.HyperNodes)
 
 	for _, fn := range run {
 		group.Go(func() error { return fn(ctx) })

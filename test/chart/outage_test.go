@@ -75,17 +75,7 @@ func TestOutageRenders(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := render(t, tc.sets...)
-			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("rendered chart lacks %q", w)
-				}
-			}
-			for _, w := range tc.notWant {
-				if strings.Contains(out, w) {
-					t.Errorf("rendered chart has %q", w)
-				}
-			}
+			checkRendered(t, render(t, tc.sets...), tc.want, tc.notWant)
 		})
 	}
 }

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/hypernodes"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+)
+
+// TestComputeDomainGangInOneClique: a Volcano Job of a ComputeDomain with
+// networkTopology {mode: hard, highestTierAllowed: 1} and no node affinity
+// is placed as a whole inside one NVLink clique, through the tier-1
+// HyperNodes dra-controller keeps per clique (docs/compute-domains.md
+// "Scheduling"): 2 pods x 4 GPUs run on the two trays of rack-a, never on
+// rack-b's, round after round, and the domain is Ready on both; 3 pods x 4
+// GPUs fit in no clique and none is bound, no claim allocated.
+func TestComputeDomainGangInOneClique(t *testing.T) {
+	needVolcano(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	clique, rack, other := rackTrays(t, ctx)
+	if len(rack) != 2 {
+		t.Skipf("needs a clique of exactly two trays (a 2-pod gang fills it), clique %s has %v", clique, rack)
+	}
+	checkCliqueHyperNodes(t, ctx)
+	ns := newNamespace(t, ctx, "e2e-compute-domain-gang")
+	claimTemplate(t, ctx, ns, "tray", resourceapi.ExactDeviceRequest{DeviceClassName: driverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4})
+
+	for round := range 3 {
+		name := fmt.Sprintf("train-%d", round)
+		createDomain(t, ctx, ns, name, nil)
+		createDomainJob(t, ctx, ns, name, 2)
+		pods := waitJobRunning(t, ctx, ns, name, 2)
+		var nodes []string
+		for _, p := range pods {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+		slices.Sort(nodes)
+		if !slices.Equal(nodes, rack) {
+			t.Fatalf("round %d: the gang runs on %v, want the two trays of clique %s %v (rack-b's tray is %s)", round, nodes, clique, rack, other)
+		}
+		channelOf(t, ctx, ns, name, clique)
+		waitDomainReady(t, ctx, ns, name, rack...)
+		t.Logf("round %d: %s on %v, domain Ready", round, name, nodes)
+		deleteDomainJob(t, ctx, ns, name)
+	}
+
+	// No clique has three free trays: the gang waits whole, nothing bound
+	// or allocated (its channel claim big-channel included).
+	createDomain(t, ctx, ns, "big", nil)
+	createDomainJob(t, ctx, ns, "big", 3)
+	if err := poll(ctx, func(ctx context.Context) (bool, error) { return len(jobPods(t, ctx, ns, "big")) == 3, nil }); err != nil {
+		t.Fatalf("Volcano created %d of 3 pods of big", len(jobPods(t, ctx, ns, "big")))
+	}
+	assertJobHoldsNothing(t, ctx, ns, "big", 30*time.Second)
+	t.Logf("3 x 4 GPUs: all pods Pending, no claim allocated (%s)", jobEvents(ctx, ns, jobPods(t, ctx, ns, "big")))
+	deleteDomainJob(t, ctx, ns, "big")
+}
+
+// checkCliqueHyperNodes waits until dra-controller keeps one managed tier-1
+// HyperNode per clique of the cluster's nodes, its members those nodes.
+func checkCliqueHyperNodes(t *testing.T, ctx context.Context) {
+	t.Helper()
+	nodes, err := env.cluster.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: vocabulary.LabelClique})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	for _, n := range nodes.Items {
+		c := n.Labels[vocabulary.LabelClique]
+		want[hypernodes.Name(c)] = append(want[hypernodes.Name(c)], n.Name)
+	}
+	got := map[string][]string{}
+	err = poll(ctx, func(ctx context.Context) (bool, error) {
+		list, err := env.cluster.Dynamic.Resource(hypernodes.Resource).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=gpu-dra-controller"})
+		if err != nil {
+			return false, nil
+		}
+		clear(got)
+		for _, hn := range list.Items {
+			if tier, _, _ := unstructured.NestedInt64(hn.Object, "spec", "tier"); tier != hypernodes.Tier {
+				return false, nil
+			}
+			members, _, _ := unstructured.NestedSlice(hn.Object, "spec", "members")
+			for _, m := range members {
+				name, _, _ := unstructured.NestedString(m.(map[string]any), "selector", "exactMatch", "name")
+				got[hn.GetName()] = append(got[hn.GetName()], name)
+			}
+		}
+		if len(got) != len(want) {
+			return false, nil
+		}
+		for name, nodes := range want {
+			slices.Sort(nodes)
+			if !slices.Equal(got[name], nodes) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("HyperNodes of dra-controller %v, want one per clique, of tier %d, with its nodes %v", got, hypernodes.Tier, want)
+	}
+}
+
+// createDomainJob creates a Volcano Job named after the domain: n pods of 4
+// GPUs each ("tray" template) with the domain's channel claim, all or none
+// (minAvailable n) inside one tier-1 HyperNode, without node affinity.
+func createDomainJob(t *testing.T, ctx context.Context, ns, domain string, n int) {
+	t.Helper()
+	pod := workerPod(ns, "", "tray", domain, nil)
+	// Not best-effort: Volcano's backfill would bind such pods one by one
+	// (the controller's gang guard adds the same).
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("10m")}
+	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": volcanoJobs.GroupVersion().String(),
+		"kind":       "Job",
+		"metadata":   map[string]any{"name": domain, "namespace": ns},
+		"spec": map[string]any{
+			"schedulerName":   "volcano",
+			"minAvailable":    int64(n),
+			"networkTopology": map[string]any{"mode": "hard", "highestTierAllowed": int64(hypernodes.Tier)},
+			"tasks": []any{map[string]any{
+				"name": "worker", "replicas": int64(n), "template": tmpl,
+			}},
+		},
+	}}
+	if _, err := env.cluster.Dynamic.Resource(volcanoJobs).Namespace(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Volcano Job %s/%s: %v", ns, domain, err)
+	}
+}
+
+// deleteDomainJob deletes the Job and its domain and waits until the Job's
+// pods are gone, so that the trays are free for the next.
+func deleteDomainJob(t *testing.T, ctx context.Context, ns, name string) {
+	t.Helper()
+	if err := env.cluster.Dynamic.Resource(volcanoJobs).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete Volcano Job %s/%s: %v", ns, name, err)
+	}
+	if err := poll(ctx, func(ctx context.Context) (bool, error) { return len(jobPods(t, ctx, ns, name)) == 0, nil }); err != nil {
+		t.Fatalf("pods of Volcano Job %s/%s still there: %s", ns, name, podPhases(jobPods(t, ctx, ns, name)))
+	}
+	if err := env.cluster.Dynamic.Resource(gpuv1beta1.ComputeDomainResource).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete ComputeDomain %s/%s: %v", ns, name, err)
+	}
+}
