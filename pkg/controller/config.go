@@ -16,10 +16,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/computedomain"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/imexchannels"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodeoutage"
@@ -70,12 +73,23 @@ type Config struct {
 	OutageMassLapseMinNodes  int
 	OutageMassLapseTaint     bool
 
+	// ComputeDomains runs the ComputeDomain reconciler and publishes the
+	// IMEX channel pools (pkg/controller/computedomain, imexchannels).
+	ComputeDomains bool
+	// IMEXChannelsPerClique is the number of channel devices per clique.
+	IMEXChannelsPerClique int
+	// ComputeDomainPruneGracePeriod: computedomain.Options.PruneGracePeriod.
+	ComputeDomainPruneGracePeriod time.Duration
+
 	LeaderElection LeaderElectionConfig
 
 	// KubeClient and RestConfig, when set, replace the clients built from
 	// Kubeconfig (tests, and integration tests against a real API server).
 	KubeClient kubernetes.Interface
 	RestConfig *rest.Config
+	// DynamicClient, when set, replaces the dynamic client (ComputeDomains)
+	// built from Kubeconfig.
+	DynamicClient dynamic.Interface
 	// WebhookListener and HTTPListener, when set, are served instead of
 	// listening on the addresses (tests use port 0).
 	WebhookListener net.Listener
@@ -127,6 +141,11 @@ type RequestTranslationConfig struct {
 	// MutatingWebhookConfigurationName gets the CA bundle with
 	// self-managed TLS; empty: none.
 	MutatingWebhookConfigurationName string
+}
+
+// leaderWork reports whether any leader-only controller is on.
+func (c *Config) leaderWork() bool {
+	return c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage || c.ComputeDomains
 }
 
 // translationEnabled reports whether the request translation is served:
@@ -189,6 +208,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.OutageMassLapseMinNodes, "outage-mass-lapse-min-nodes", nodeoutage.DefaultMassLapseMinNodes, "Fewest lapsed nodes that make a mass lapse (at least 1).")
 	fs.BoolVar(&c.OutageMassLapseTaint, "outage-mass-lapse-taint", true, "During a mass lapse, still taint newly lapsed nodes NoSchedule; false: taint none until the mass lapse is over.")
 
+	fs.BoolVar(&c.ComputeDomains, "compute-domains", true, "Reconcile ComputeDomains (create each domain's channel ResourceClaim, its Ready condition, AfterLastPod deletion) and publish the IMEX channels of each NVLink clique that --node-labels labels (leader only; needs the ComputeDomain CRD).")
+	fs.IntVar(&c.IMEXChannelsPerClique, "imex-channels-per-clique", imexchannels.DefaultChannels, "IMEX channel devices published per NVLink clique (1..128): how many ComputeDomains can run in one clique at once.")
+	fs.DurationVar(&c.ComputeDomainPruneGracePeriod, "compute-domain-prune-grace-period", computedomain.DefaultPruneGracePeriod, "How long a ComputeDomain's node entry may stand without a pod of the domain on its node before the controller removes it (a dead node cannot remove its own).")
 	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", true, "Elect a leader (Lease in --namespace) to run the node label and DeviceClass controllers; turn off only with a single replica.")
 	fs.StringVar(&c.LeaderElection.LeaseName, "leader-elect-lease-name", "gpu-dra-controller", "Name of the leader election Lease.")
 	fs.StringVar(&c.LeaderElection.Identity, "leader-elect-identity", "", "Identity in the Lease; default: host name plus a random suffix.")
@@ -203,9 +225,17 @@ func (c *Config) Validate() error {
 	if c.DriverName == "" {
 		errs = append(errs, errors.New("--driver-name must not be empty"))
 	}
-	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage
+	leaderWork := c.leaderWork()
 	if !c.Webhook.Enabled && !leaderWork {
-		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes and --outage-taints are all off"))
+		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes, --outage-taints and --compute-domains are all off"))
+	}
+	if c.ComputeDomains {
+		if err := imexchannels.ValidateChannels("--imex-channels-per-clique", c.IMEXChannelsPerClique); err != nil {
+			errs = append(errs, err)
+		}
+		if c.ComputeDomainPruneGracePeriod <= 0 {
+			errs = append(errs, fmt.Errorf("--compute-domain-prune-grace-period (%v) must be positive", c.ComputeDomainPruneGracePeriod))
+		}
 	}
 	if c.Outage {
 		if c.Namespace == "" {
