@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
@@ -26,6 +27,9 @@ type Options struct {
 	// Client, when set, is used instead of a client built from the
 	// kubeconfig flags (tests, or a program embedding the commands).
 	Client kubernetes.Interface
+	// Dynamic, when set, replaces the dynamic client (ComputeDomains) built
+	// from the kubeconfig flags.
+	Dynamic dynamic.Interface
 	// Metrics, when set, reads the plugins' metrics for `top` instead of
 	// a port-forward through the API server (tests).
 	Metrics kubectlgpu.MetricsReader
@@ -96,6 +100,16 @@ ResourceClaims, DeviceClasses and Pods with one list per resource type.`,
 		},
 	})
 	cmd.AddCommand(claimsCommand(config, &run, client))
+	cmd.AddCommand(domainsCommand(config, &run, func() (dynamic.Interface, error) {
+		if opts.Dynamic != nil {
+			return opts.Dynamic, nil
+		}
+		cfg, err := config.ToRESTConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig: %w", err)
+		}
+		return dynamic.NewForConfig(cfg)
+	}))
 	cmd.AddCommand(topCommand(config, &run, client, opts.Metrics))
 	return cmd
 }
@@ -171,6 +185,35 @@ func claimsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Option
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List claims in all namespaces")
+	return cmd
+}
+
+func domainsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Options, client func() (dynamic.Interface, error)) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "domains",
+		Short: "List ComputeDomains: Ready and reason, clique, nodes, each node's IMEX daemon state and unreachable peers",
+		Example: `  kubectl gpu domains
+  kubectl gpu domains -A -o wide
+  kubectl gpu domains -n team-a -o yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			namespace := ""
+			if !all {
+				ns, _, err := config.ToRawKubeConfigLoader().Namespace()
+				if err != nil {
+					return fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
+				}
+				namespace = ns
+			}
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			return kubectlgpu.RunDomains(cmd.Context(), c, *run, namespace)
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List domains in all namespaces")
 	return cmd
 }
 
