@@ -65,12 +65,8 @@ func RunDomains(ctx context.Context, client dynamic.Interface, o Options, namesp
 		return printObject(o.Out, list, o.Output)
 	}
 	if len(list.Domains) == 0 {
-		where := fmt.Sprintf("in namespace %q", namespace)
-		if namespace == "" {
-			where = "in any namespace"
-		}
 		if o.ErrOut != nil {
-			fmt.Fprintf(o.ErrOut, "No ComputeDomains found %s.\n", where)
+			fmt.Fprintf(o.ErrOut, "No ComputeDomains found %s.\n", inNamespace(namespace))
 		}
 		return nil
 	}

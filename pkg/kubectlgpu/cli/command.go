@@ -169,13 +169,9 @@ func claimsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Option
   kubectl gpu claims -A -o wide`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace := ""
-			if !all {
-				ns, _, err := config.ToRawKubeConfigLoader().Namespace()
-				if err != nil {
-					return fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
-				}
-				namespace = ns
+			namespace, err := namespaceOf(config, all)
+			if err != nil {
+				return err
 			}
 			c, err := client()
 			if err != nil {
@@ -198,13 +194,9 @@ func domainsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Optio
   kubectl gpu domains -n team-a -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace := ""
-			if !all {
-				ns, _, err := config.ToRawKubeConfigLoader().Namespace()
-				if err != nil {
-					return fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
-				}
-				namespace = ns
+			namespace, err := namespaceOf(config, all)
+			if err != nil {
+				return err
 			}
 			c, err := client()
 			if err != nil {
@@ -215,6 +207,18 @@ func domainsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Optio
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List domains in all namespaces")
 	return cmd
+}
+
+// namespaceOf is the namespace -n or the kubeconfig names; "" with -A.
+func namespaceOf(config *genericclioptions.ConfigFlags, all bool) (string, error) {
+	if all {
+		return "", nil
+	}
+	ns, _, err := config.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
+	}
+	return ns, nil
 }
 
 func newClient(config *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {
