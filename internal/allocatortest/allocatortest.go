@@ -39,8 +39,8 @@ type Cluster struct {
 	// NodeLabels are the labels of the nodes, by name, that slices' node
 	// selectors see (none when absent).
 	NodeLabels map[string]map[string]string
-	celCache  *cel.Cache
-	uid       int
+	celCache   *cel.Cache
+	uid        int
 }
 
 // NewCluster starts a cluster view.
