@@ -451,6 +451,9 @@ func computeDomains(client kubernetes.Interface, nodeFactory informers.SharedInf
 	run := []func(context.Context) error{
 		channels.Run,
 		func(ctx context.Context) error {
+			if !computedomain.WaitForCRD(ctx, client.Discovery(), computedomain.DefaultDiscoveryInterval) {
+				return nil
+			}
 			domainFactory.Start(ctx.Done())
 			defer domainFactory.Shutdown()
 			return domains.Run(ctx, cfg.Workers)
