@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/opaqueconfig"
 )
 
 func (e *env) claim(t *testing.T, name string) *resourceapi.ResourceClaim {
@@ -44,6 +45,10 @@ func TestCreatesChannelClaim(t *testing.T) {
 	got.TypeMeta, got.ResourceVersion, got.CreationTimestamp, got.ManagedFields = metav1.TypeMeta{}, "", metav1.Time{}, nil
 	if diff := cmp.Diff(want, string(mustJSON(t, got))); diff != "" {
 		t.Errorf("claim (-want +got):\n%s", diff)
+	}
+	// The webhook and the nodes' plugins decode the config as the driver's.
+	if _, err := opaqueconfig.DecodeDefaultValidate(got.Spec.Devices.Config[0].Opaque.Parameters.Raw); err != nil {
+		t.Errorf("the claim's config does not decode: %v", err)
 	}
 	if c := condition(t, e.get(t, "training"), ConditionReady); c.Reason != ReasonNoNodes || c.Status != metav1.ConditionFalse {
 		t.Errorf("Ready %+v, want False NoNodes", c)
