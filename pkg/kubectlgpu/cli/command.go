@@ -8,6 +8,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -160,52 +161,50 @@ pods/portforward in the driver's namespace (docs/kubectl-gpu.md).`,
 }
 
 func claimsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Options, client func() (kubernetes.Interface, error)) *cobra.Command {
-	var all bool
-	cmd := &cobra.Command{
+	return namespacedCommand(config, &cobra.Command{
 		Use:   "claims",
 		Short: "List the driver's claims: pods, node, devices (whole, MIG profile, share, passthrough) and sharing config",
 		Example: `  kubectl gpu claims
   kubectl gpu claims -n team-a
   kubectl gpu claims -A -o wide`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace, err := namespaceOf(config, all)
-			if err != nil {
-				return err
-			}
-			c, err := client()
-			if err != nil {
-				return err
-			}
-			return kubectlgpu.RunClaims(cmd.Context(), c, *run, namespace)
-		},
-	}
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List claims in all namespaces")
-	return cmd
+	}, "claims", func(ctx context.Context, namespace string) error {
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		return kubectlgpu.RunClaims(ctx, c, *run, namespace)
+	})
 }
 
 func domainsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Options, client func() (dynamic.Interface, error)) *cobra.Command {
-	var all bool
-	cmd := &cobra.Command{
+	return namespacedCommand(config, &cobra.Command{
 		Use:   "domains",
 		Short: "List ComputeDomains: Ready and reason, clique, nodes, each node's IMEX daemon state and unreachable peers",
 		Example: `  kubectl gpu domains
   kubectl gpu domains -A -o wide
   kubectl gpu domains -n team-a -o yaml`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace, err := namespaceOf(config, all)
-			if err != nil {
-				return err
-			}
-			c, err := client()
-			if err != nil {
-				return err
-			}
-			return kubectlgpu.RunDomains(cmd.Context(), c, *run, namespace)
-		},
+	}, "domains", func(ctx context.Context, namespace string) error {
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		return kubectlgpu.RunDomains(ctx, c, *run, namespace)
+	})
+}
+
+// namespacedCommand completes cmd as a list of one namespace (-n, or the
+// kubeconfig's) or of all (-A) that run lists.
+func namespacedCommand(config *genericclioptions.ConfigFlags, cmd *cobra.Command, what string, run func(ctx context.Context, namespace string) error) *cobra.Command {
+	var all bool
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		namespace, err := namespaceOf(config, all)
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), namespace)
 	}
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List domains in all namespaces")
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List "+what+" in all namespaces")
 	return cmd
 }
 
