@@ -36,8 +36,11 @@ type Cluster struct {
 	Classes []*resourceapi.DeviceClass
 	// Allocated accumulates the allocations of earlier Allocate calls.
 	Allocated []*resourceapi.ResourceClaim
-	celCache  *cel.Cache
-	uid       int
+	// NodeLabels are the labels of the nodes, by name, that slices' node
+	// selectors see (none when absent).
+	NodeLabels map[string]map[string]string
+	celCache   *cel.Cache
+	uid        int
 }
 
 // NewCluster starts a cluster view.
@@ -74,7 +77,7 @@ func (c *Cluster) Allocate(ctx context.Context, node string, claims ...*resource
 	if err != nil {
 		return nil, err
 	}
-	nodeObj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	nodeObj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: c.NodeLabels[node]}}
 	for _, claim := range claims {
 		if claim.UID == "" {
 			c.uid++

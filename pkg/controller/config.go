@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/computedomain"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/imexchannels"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodeoutage"
@@ -74,14 +76,22 @@ type Config struct {
 	// HyperNode API is served (pkg/controller/hypernodes).
 	HyperNodes bool
 
+	// ComputeDomains runs the ComputeDomain reconciler and publishes the
+	// IMEX channel pools (pkg/controller/computedomain, imexchannels).
+	ComputeDomains bool
+	// IMEXChannelsPerClique is the number of channel devices per clique.
+	IMEXChannelsPerClique int
+	// ComputeDomainPruneGracePeriod: computedomain.Options.PruneGracePeriod.
+	ComputeDomainPruneGracePeriod time.Duration
+
 	LeaderElection LeaderElectionConfig
 
 	// KubeClient and RestConfig, when set, replace the clients built from
 	// Kubeconfig (tests, and integration tests against a real API server).
 	KubeClient kubernetes.Interface
 	RestConfig *rest.Config
-	// DynamicClient, when set, replaces the dynamic client built from
-	// Kubeconfig.
+	// DynamicClient, when set, replaces the dynamic client (ComputeDomains)
+	// built from Kubeconfig.
 	DynamicClient dynamic.Interface
 	// WebhookListener and HTTPListener, when set, are served instead of
 	// listening on the addresses (tests use port 0).
@@ -134,6 +144,11 @@ type RequestTranslationConfig struct {
 	// MutatingWebhookConfigurationName gets the CA bundle with
 	// self-managed TLS; empty: none.
 	MutatingWebhookConfigurationName string
+}
+
+// leaderWork reports whether any leader-only controller is on.
+func (c *Config) leaderWork() bool {
+	return c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage || c.ComputeDomains || c.HyperNodes
 }
 
 // translationEnabled reports whether the request translation is served:
@@ -198,6 +213,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 	fs.BoolVar(&c.HyperNodes, "volcano-hypernodes", true, "Keep one Volcano HyperNode (topology.volcano.sh/v1alpha1, tier 1) per NVLink clique, its members the nodes labelled "+vocabulary.LabelClique+", so that Volcano places a Job with networkTopology mode hard, highestTierAllowed 1 inside one clique (leader only; does nothing until Volcano's HyperNode CRD is served).")
 
+	fs.BoolVar(&c.ComputeDomains, "compute-domains", true, "Reconcile ComputeDomains (create each domain's channel ResourceClaim, its Ready condition, AfterLastPod deletion) and publish the IMEX channels of each NVLink clique that --node-labels labels (leader only; needs the ComputeDomain CRD).")
+	fs.IntVar(&c.IMEXChannelsPerClique, "imex-channels-per-clique", imexchannels.DefaultChannels, "IMEX channel devices published per NVLink clique (1..128): how many ComputeDomains can run in one clique at once.")
+	fs.DurationVar(&c.ComputeDomainPruneGracePeriod, "compute-domain-prune-grace-period", computedomain.DefaultPruneGracePeriod, "How long a ComputeDomain's node entry may stand without a pod of the domain on its node before the controller removes it (a dead node cannot remove its own).")
 	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", true, "Elect a leader (Lease in --namespace) to run the node label and DeviceClass controllers; turn off only with a single replica.")
 	fs.StringVar(&c.LeaderElection.LeaseName, "leader-elect-lease-name", "gpu-dra-controller", "Name of the leader election Lease.")
 	fs.StringVar(&c.LeaderElection.Identity, "leader-elect-identity", "", "Identity in the Lease; default: host name plus a random suffix.")
@@ -212,9 +230,17 @@ func (c *Config) Validate() error {
 	if c.DriverName == "" {
 		errs = append(errs, errors.New("--driver-name must not be empty"))
 	}
-	leaderWork := c.NodeLabels || c.ModelDeviceClasses || c.MIGProfileDeviceClasses || c.Outage || c.HyperNodes
+	leaderWork := c.leaderWork()
 	if !c.Webhook.Enabled && !leaderWork {
-		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes, --outage-taints and --volcano-hypernodes are all off"))
+		errs = append(errs, errors.New("nothing to do: --webhook, --node-labels, --model-device-classes, --mig-profile-device-classes, --outage-taints, --compute-domains and --volcano-hypernodes are all off"))
+	}
+	if c.ComputeDomains {
+		if err := imexchannels.ValidateChannels("--imex-channels-per-clique", c.IMEXChannelsPerClique); err != nil {
+			errs = append(errs, err)
+		}
+		if c.ComputeDomainPruneGracePeriod <= 0 {
+			errs = append(errs, fmt.Errorf("--compute-domain-prune-grace-period (%v) must be positive", c.ComputeDomainPruneGracePeriod))
+		}
 	}
 	if c.Outage {
 		if c.Namespace == "" {

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -31,7 +33,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/klog/v2"
 
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/computedomain"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/imexchannels"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/modelclasses"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodelabels"
@@ -171,7 +176,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 
 	// Leader-only controllers.
-	if cfg.NodeLabels || cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses || cfg.Outage || cfg.HyperNodes {
+	if cfg.leaderWork() {
 		if cfg.LeaderElection.Enabled {
 			le, adaptor, err := leaderElector(client, cfg, func(ctx context.Context) {
 				if err := runControllers(ctx, client, cfg, m); err != nil {
@@ -351,14 +356,25 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 	var run []func(context.Context) error
 	var factories []informers.SharedInformerFactory
 
+	// Node metadata (labels): the node label and IMEX channel controllers.
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(nodelabels.StripNode))
+	if cfg.NodeLabels || cfg.ComputeDomains {
+		factories = append(factories, nodeFactory)
+	}
 	if cfg.NodeLabels {
-		nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(nodelabels.StripNode))
 		c, err := nodelabels.New(client, slices, nodeFactory.Core().V1().Nodes(), nodelabels.Options{DriverName: cfg.DriverName, Metrics: m})
 		if err != nil {
 			return err
 		}
-		factories = append(factories, nodeFactory)
 		run = append(run, func(ctx context.Context) error { return c.Run(ctx, cfg.Workers) })
+	}
+	if cfg.ComputeDomains {
+		fns, fs, err := computeDomains(client, nodeFactory, cfg)
+		if err != nil {
+			return err
+		}
+		run = append(run, fns...)
+		factories = append(factories, fs...)
 	}
 	if cfg.ModelDeviceClasses || cfg.MIGProfileDeviceClasses {
 		classFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
@@ -398,7 +414,7 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	logger.Info("Leading: running controllers", "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses, "outageTaints", cfg.Outage, "volcanoHyperNodes", cfg.HyperNodes)
+	logger.Info("Leading: running controllers", "computeDomains", cfg.ComputeDomains, "nodeLabels", cfg.NodeLabels, "modelDeviceClasses", cfg.ModelDeviceClasses, "migProfileDeviceClasses", cfg.MIGProfileDeviceClasses, "outageTaints", cfg.Outage, "volcanoHyperNodes", cfg.HyperNodes)
 
 	for _, fn := range run {
 		group.Go(func() error { return fn(ctx) })
@@ -411,4 +427,39 @@ func runControllers(ctx context.Context, client kubernetes.Interface, cfg *Confi
 		return err
 	}
 	return nil
+}
+
+// computeDomains builds the ComputeDomain reconciler and the IMEX channel
+// publisher: their run functions (the first also runs the domains' dynamic
+// informer) and the typed informer factories to start.
+func computeDomains(client kubernetes.Interface, nodeFactory informers.SharedInformerFactory, cfg *Config) ([]func(context.Context) error, []informers.SharedInformerFactory, error) {
+	dyn, err := dynamicClient(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	channels, err := imexchannels.New(client, nodeFactory.Core().V1().Nodes(), imexchannels.Options{
+		DriverName: cfg.DriverName, Channels: cfg.IMEXChannelsPerClique,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	claimFactory := informers.NewSharedInformerFactory(client, 0)
+	domainFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	domains, err := computedomain.New(client, dyn, domainFactory.ForResource(gpuv1beta1.ComputeDomainResource),
+		claimFactory.Resource().V1().ResourceClaims(), computedomain.Options{DriverName: cfg.DriverName, PruneGracePeriod: cfg.ComputeDomainPruneGracePeriod})
+	if err != nil {
+		return nil, nil, err
+	}
+	run := []func(context.Context) error{
+		channels.Run,
+		func(ctx context.Context) error {
+			if !computedomain.WaitForCRD(ctx, client.Discovery(), computedomain.DefaultDiscoveryInterval) {
+				return nil
+			}
+			domainFactory.Start(ctx.Done())
+			defer domainFactory.Shutdown()
+			return domains.Run(ctx, cfg.Workers)
+		},
+	}
+	return run, []informers.SharedInformerFactory{claimFactory}, nil
 }

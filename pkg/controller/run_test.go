@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/internal/simnode"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/certs"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/hypernodes"
@@ -49,9 +50,12 @@ func defaults(t *testing.T, args ...string) *Config {
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	// The dynamic client (HyperNodes); the typed one is the test's.
+	// The dynamic client (ComputeDomains, HyperNodes); the typed one is the test's.
 	cfg.DynamicClient = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{hypernodes.Resource: hypernodes.Kind + "List"})
+		map[schema.GroupVersionResource]string{
+			gpuv1beta1.ComputeDomainResource: "ComputeDomainList",
+			hypernodes.Resource:              hypernodes.Kind + "List",
+		})
 	return &cfg
 }
 
@@ -64,9 +68,12 @@ func TestValidate(t *testing.T) {
 		"defaults with namespace":            {args: []string{"--namespace=gpu"}},
 		"cert-manager files":                 {args: []string{"--tls-cert-file=c", "--tls-key-file=k", "--leader-elect=false", "--outage-taints=false"}},
 		"cert without key":                   {args: []string{"--namespace=gpu", "--tls-cert-file=c"}, wantErr: "go together"},
-		"nothing to do":                      {args: []string{"--webhook=false", "--node-labels=false", "--outage-taints=false", "--volcano-hypernodes=false"}, wantErr: "nothing to do"},
-		"HyperNodes only":                    {args: []string{"--webhook=false", "--node-labels=false", "--outage-taints=false", "--leader-elect=false"}},
-		"webhook only, files":                {args: []string{"--node-labels=false", "--outage-taints=false", "--volcano-hypernodes=false", "--tls-cert-file=c", "--tls-key-file=k"}},
+		"nothing to do":                      {args: []string{"--webhook=false", "--node-labels=false", "--outage-taints=false", "--compute-domains=false", "--volcano-hypernodes=false"}, wantErr: "nothing to do"},
+		"HyperNodes only":                    {args: []string{"--webhook=false", "--node-labels=false", "--outage-taints=false", "--compute-domains=false", "--leader-elect=false"}},
+		"no IMEX channels":                   {args: []string{"--namespace=gpu", "--imex-channels-per-clique=0"}, wantErr: "--imex-channels-per-clique (0) must be between 1 and 128"},
+		"too many IMEX channels":             {args: []string{"--namespace=gpu", "--imex-channels-per-clique=129"}, wantErr: "--imex-channels-per-clique (129)"},
+		"IMEX channels off with domains off": {args: []string{"--namespace=gpu", "--compute-domains=false", "--imex-channels-per-clique=0"}},
+		"webhook only, files":                {args: []string{"--node-labels=false", "--outage-taints=false", "--compute-domains=false", "--volcano-hypernodes=false", "--tls-cert-file=c", "--tls-key-file=k"}},
 		"bad lease timing":                   {args: []string{"--namespace=gpu", "--leader-elect-renew-deadline=20s"}, wantErr: "lease duration"},
 		"cert outlives CA":                   {args: []string{"--namespace=gpu", "--cert-validity=30000h"}, wantErr: "--cert-validity"},
 		"no propagation delay":               {args: []string{"--namespace=gpu", "--ca-propagation-delay=0s"}, wantErr: "--ca-propagation-delay"},

@@ -33,6 +33,18 @@ var Classes = []Class{
 	{Prefix: "timeslice", DeviceType: vocabulary.KindTimeSlice, Description: "A time-sliced share of a GPU; request capacity shares, compute (percent) and memory."},
 	{Prefix: "mps", DeviceType: vocabulary.KindMPS, Description: "An MPS share of a GPU with enforced compute (percent) and memory limits."},
 	{Prefix: "vfio", DeviceType: vocabulary.KindVFIO, Description: "A whole GPU bound to vfio-pci for a virtual machine (KubeVirt, Kata); published where the device policy enables passthrough."},
+	IMEXChannel,
+}
+
+// IMEXChannel is the class of a compute domain's IMEX channel, which
+// dra-controller requests in each ComputeDomain's shared channel claim
+// (docs/compute-domains.md). NVIDIA's driver has no class of this name to
+// keep: its channels belong to another driver (compute-domain.nvidia.com)
+// and users never name the class, so under NVIDIA's driver name it is
+// imex-channel.gpu.nvidia.com.
+var IMEXChannel = Class{
+	Prefix: "imex-channel", DeviceType: vocabulary.KindIMEXChannel,
+	Description: "An IMEX channel of an NVLink clique, for a ComputeDomain's shared channel claim (created by dra-controller; pods reference the claim, not the class).",
 }
 
 // Name is the class's object name for a driver: <prefix>.<driver>, the

@@ -37,12 +37,14 @@ func TestSelectorNamesDriver(t *testing.T) {
 // names (gpu.nvidia.com, mig.nvidia.com), so its users' claims find them;
 // the share classes NVIDIA's driver lacks keep this driver's naming, and the
 // passthrough class is vfio.gpu.nvidia.com, the name NVIDIA's driver gives its own.
+// NVIDIA's channel class belongs to its other driver (compute-domain.nvidia.com)
+// and no user names it, so the IMEX channel class keeps this driver's naming.
 func TestNVIDIAClassNames(t *testing.T) {
 	var got []string
 	for _, c := range DeviceClasses("gpu.nvidia.com") {
 		got = append(got, c.Name)
 	}
-	want := []string{"gpu.nvidia.com", "mig.nvidia.com", "timeslice.gpu.nvidia.com", "mps.gpu.nvidia.com", "vfio.gpu.nvidia.com"}
+	want := []string{"gpu.nvidia.com", "mig.nvidia.com", "timeslice.gpu.nvidia.com", "mps.gpu.nvidia.com", "vfio.gpu.nvidia.com", "imex-channel.gpu.nvidia.com"}
 	if !slices.Equal(got, want) {
 		t.Errorf("class names = %v, want %v", got, want)
 	}

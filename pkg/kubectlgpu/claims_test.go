@@ -166,7 +166,7 @@ func TestConfigInEffect(t *testing.T) {
 		"GpuConfig on MIG": {"gpu-0-mig-1g10gb-6", "r", configs{fromClaim(exclusive)},
 			"invalid (claim): a GpuConfig does not apply to a MIG device, use MigDeviceConfig"},
 		"undecodable": {"gpu-0", "r", configs{fromClaim(`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"Nope"}`)},
-			`invalid (claim): decode config: kind: Unsupported value: "Nope": supported values: "GpuConfig", "MigDeviceConfig"`},
+			`invalid (claim): decode config: kind: Unsupported value: "Nope": supported values: "GpuConfig", "MigDeviceConfig", "ComputeDomainChannelConfig"`},
 	}
 	f := newFixture(t, "node-a=dgxh100")
 	for name, tc := range tests {

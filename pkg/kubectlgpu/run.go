@@ -82,14 +82,18 @@ func RunClaims(ctx context.Context, client kubernetes.Interface, o Options, name
 		return printObject(o.Out, list, o.Output)
 	}
 	if len(list.Claims) == 0 {
-		where := fmt.Sprintf("in namespace %q", namespace)
-		if namespace == "" {
-			where = "in any namespace"
-		}
-		fmt.Fprintf(o.ErrOut, "No claims for %s devices found %s.\n", inv.Driver, where)
+		fmt.Fprintf(o.ErrOut, "No claims for %s devices found %s.\n", inv.Driver, inNamespace(namespace))
 		return nil
 	}
 	return PrintClaims(o.Out, list, o.Output == OutputWide)
+}
+
+// inNamespace says where a namespaced list looked ("" is all).
+func inNamespace(namespace string) string {
+	if namespace == "" {
+		return "in any namespace"
+	}
+	return fmt.Sprintf("in namespace %q", namespace)
 }
 
 // load fetches what scope needs and builds the inventory; it fails with a

@@ -1,35 +1,26 @@
 package mpspod
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
-	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra-driver/internal/vaptest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/mpspod/mpspodtest"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/sharing"
@@ -73,7 +64,7 @@ func TestDaemonPodPolicy(t *testing.T) {
 				tc.driverRoot = cdi.Mount{HostPath: root, ContainerPath: root, ReadOnly: true}
 			}
 			policy := chartPolicy(t, append([]string{"--set", "kubeletDir=" + kubeletDir}, tc.values...)...)
-			validator := compilePolicy(t, policy)
+			validator := vaptest.Compile(t, policy)
 			pod := launcherPod(t, filepath.Join(dataDir, "mps"), tc.control, tc.driverRoot)
 			checkPolicy(t, validator, pod)
 		})
@@ -82,7 +73,7 @@ func TestDaemonPodPolicy(t *testing.T) {
 
 // checkPolicy runs the allowed pod and its forbidden variants through the
 // policy.
-func checkPolicy(t *testing.T, v *policy, good *corev1.Pod) {
+func checkPolicy(t *testing.T, v *vaptest.Policy, good *corev1.Pod) {
 	if msg := admit(t, v, admission.Create, good, nodeUser(node)); msg != "" {
 		t.Fatalf("the launcher's pod is denied: %s\n%s", msg, toYAML(t, good))
 	}
@@ -154,27 +145,11 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-// helmTemplate renders the chart (only the template showOnly, if set) with
-// helm ($HELM or helm on PATH; hack/cluster builds one).
+// helmTemplate renders the chart (only the template showOnly, if set).
 func helmTemplate(t *testing.T, showOnly string, values ...string) (string, error) {
 	t.Helper()
-	helm := os.Getenv("HELM")
-	if helm == "" {
-		var err error
-		if helm, err = exec.LookPath("helm"); err != nil {
-			t.Skip("SKIP: no helm ($HELM or on PATH) to render the chart's admission policy; hack/cluster/build.sh builds one")
-		}
-	}
-	args := append([]string{"template", release, "../../deployments/helm/gpu-dra-driver", "-n", namespace,
-		"--set", "image.repository=registry.example/gpu-dra-driver,image.tag=v9"}, values...)
-	if showOnly != "" {
-		args = append(args, "--show-only", showOnly)
-	}
-	out, err := exec.Command(helm, args...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
+	return vaptest.Render(t, "../../deployments/helm/gpu-dra-driver", release, namespace, showOnly,
+		append([]string{"--set", "image.repository=registry.example/gpu-dra-driver,image.tag=v9"}, values...)...)
 }
 
 // chartPolicy is the chart's MPS daemon pod policy.
@@ -184,17 +159,7 @@ func chartPolicy(t *testing.T, values ...string) *admissionregistrationv1.Valida
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(out, "\n---\n") {
-		var vap admissionregistrationv1.ValidatingAdmissionPolicy
-		if err := yaml.UnmarshalStrict([]byte(doc), &vap); err != nil || vap.Kind != "ValidatingAdmissionPolicy" {
-			continue
-		}
-		if strings.HasSuffix(vap.Name, "-mps-daemon-pods") {
-			return &vap
-		}
-	}
-	t.Fatalf("the chart renders no MPS daemon pod policy:\n%s", out)
-	return nil
+	return vaptest.Find(t, out, "-mps-daemon-pods")
 }
 
 // TestChartRefusesUnrestrictedNodePlugins: without the admission policies
@@ -210,110 +175,22 @@ func TestChartRefusesUnrestrictedNodePlugins(t *testing.T) {
 	}
 }
 
-// policy is a compiled ValidatingAdmissionPolicy.
-type policy struct {
-	spec                  *admissionregistrationv1.ValidatingAdmissionPolicy
-	match                 matchconditions.Matcher
-	validations, messages plugincel.ConditionEvaluator
-}
-
-// compilePolicy compiles a policy as the API server's ValidatingAdmissionPolicy
-// plugin does (validating.compilePolicy, whose package would pull its
-// tracing dependencies into go.mod): variables composited, an authorizer
-// declared, new expressions (the strict checks for a policy being created).
-func compilePolicy(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy) *policy {
-	t.Helper()
-	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	vars := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
-	var named []plugincel.NamedExpressionAccessor
-	for _, v := range p.Spec.Variables {
-		named = append(named, &expression{name: v.Name, expr: v.Expression, types: []*cel.Type{cel.AnyType, cel.DynType}})
-	}
-	compiler.CompileAndStoreVariables(named, vars, environment.NewExpressions)
-	var conds []plugincel.ExpressionAccessor
-	for i := range p.Spec.MatchConditions {
-		conds = append(conds, ptr.To(matchconditions.MatchCondition(p.Spec.MatchConditions[i])))
-	}
-	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
-	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
-	for i, v := range p.Spec.Validations {
-		validations[i] = &expression{expr: v.Expression, types: []*cel.Type{cel.BoolType}}
-		messages[i] = &expression{expr: cmp.Or(v.MessageExpression, "''"), types: []*cel.Type{cel.StringType}}
-	}
-	pol := &policy{
-		spec:        p,
-		match:       matchconditions.NewMatcher(compiler.CompileCondition(conds, vars, environment.NewExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name),
-		validations: compiler.CompileCondition(validations, vars, environment.NewExpressions),
-		messages:    compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{}, environment.NewExpressions),
-	}
-	for _, errs := range [][]error{pol.validations.CompilationErrors(), pol.messages.CompilationErrors()} {
-		for _, err := range errs {
-			t.Errorf("policy %s: %v", p.Name, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-	return pol
-}
-
-// expression is a CEL expression of a policy, named for variables.
-type expression struct {
-	name, expr string
-	types      []*cel.Type
-}
-
-func (e *expression) GetExpression() string    { return e.expr }
-func (e *expression) ReturnTypes() []*cel.Type { return e.types }
-func (e *expression) GetName() string          { return e.name }
-
 // admit returns "" when the policy admits the operation on pod by u, else
-// the message of the first validation that failed, the one the API server
-// reports. An evaluation error fails the test: under failurePolicy Fail it
-// would deny with an unreadable message.
-func admit(t *testing.T, p *policy, op admission.Operation, pod *corev1.Pod, u user.Info) string {
+// the message the API server reports; the policy must match the request.
+func admit(t *testing.T, p *vaptest.Policy, op admission.Operation, pod *corev1.Pod, u user.Info) string {
 	t.Helper()
-	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	obj, old := runtime.Object(pod), runtime.Object(nil)
 	if op == admission.Delete {
 		obj, old = nil, pod
 	}
-	attrs := admission.NewAttributesRecord(obj, old, gvk, pod.Namespace, pod.Name, gvr, "", op, nil, false, u)
-	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
-	ctx := context.Background()
-	if m := p.match.Match(ctx, versioned, nil, nil); m.Error != nil || !m.Matches {
-		t.Fatalf("policy does not match the plugin's request: %+v", m)
+	matched, denied := p.Admit(t, vaptest.Request{
+		Operation: op, Object: obj, OldObject: old, Namespace: pod.Namespace, Name: pod.Name, User: u,
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: schema.GroupVersionResource{Version: "v1", Resource: "pods"},
+	})
+	if !matched {
+		t.Fatalf("policy does not match the plugin's request")
 	}
-	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(gvr), metav1.GroupVersionKind(gvk))
-	results, _, err := p.validations.ForInput(ctx, versioned, request, plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
-	if err != nil {
-		t.Fatal(err)
-	}
-	messages, _, err := p.messages.ForInput(ctx, versioned, request, plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var denied []string
-	for i, r := range results {
-		switch {
-		case r.Error != nil:
-			t.Errorf("validation %d: evaluation error: %v", i, r.Error)
-		case r.EvalResult != types.True:
-			msg := p.spec.Spec.Validations[i].Message
-			if s, ok := messages[i].EvalResult.Value().(string); ok && s != "" {
-				msg = s
-			}
-			denied = append(denied, msg)
-		}
-	}
-	if len(denied) == 0 {
-		return ""
-	}
-	return denied[0]
+	return denied
 }
 
 // launcherPod is the pod the launcher creates for the daemon a real

@@ -127,7 +127,7 @@ func waitDomainReady(t *testing.T, ctx context.Context, ns, name string, nodes .
 			got = append(got, n.Name)
 		}
 		slices.Sort(got)
-		return slices.Equal(got, nodes) && meta(cd.Status.Conditions, "Ready") == metav1.ConditionTrue, nil
+		return slices.Equal(got, nodes) && condStatus(cd.Status.Conditions, "Ready") == metav1.ConditionTrue, nil
 	})
 	if err != nil {
 		t.Fatalf("ComputeDomain %s/%s not Ready on %v: status %+v", ns, name, nodes, cd)
@@ -135,7 +135,7 @@ func waitDomainReady(t *testing.T, ctx context.Context, ns, name string, nodes .
 	return cd
 }
 
-func meta(conds []metav1.Condition, typ string) metav1.ConditionStatus {
+func condStatus(conds []metav1.Condition, typ string) metav1.ConditionStatus {
 	for _, c := range conds {
 		if c.Type == typ {
 			return c.Status

@@ -76,3 +76,19 @@ func TestComputeDomainCRD(t *testing.T) {
 		t.Errorf("daemon state enum %v", got)
 	}
 }
+
+// The chart installs the same CRD (Helm installs crds/ before the
+// templates and never upgrades it): both copies must stay equal.
+func TestChartComputeDomainCRD(t *testing.T) {
+	want, err := os.ReadFile("../../../deployments/crds/gpu.dra.dev_computedomains.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../../deployments/helm/gpu-dra-driver/crds/gpu.dra.dev_computedomains.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Error("deployments/helm/gpu-dra-driver/crds/gpu.dra.dev_computedomains.yaml differs from deployments/crds/: copy it over")
+	}
+}

@@ -141,7 +141,7 @@ func TestControllerFollowsSlices(t *testing.T) {
 	// Published slices: labels appear; other nodes are untouched.
 	h100 := e.publish(t, "dgxh100", "node-a")
 	want := Labels(driver, h100)
-	if want[LabelProduct] != "NVIDIA-H100-80GB-HBM3" {
+	if want[LabelProduct] != "NVIDIA-H100-80GB-HBM3" || want[vocabulary.LabelClique] == "" { // NVSwitch: one clique
 		t.Fatalf("unexpected labels %v", want)
 	}
 	n := e.waitFor(t, "node-a", "H100 labels", hasExactly(want, keep))
@@ -174,7 +174,9 @@ func TestControllerFollowsSlices(t *testing.T) {
 	})
 	e.create(t, "l4", tsOnly)
 	want = Labels(driver, tsOnly)
-	if want[LabelProduct] != "NVIDIA-L4" || want[LabelSharingStrategy] != SharingTimeSlicing || want[LabelMemory] != "23034" {
+	if want[LabelProduct] != "NVIDIA-L4" || want[LabelSharingStrategy] != SharingTimeSlicing || want[LabelMemory] != "23034" ||
+		want[vocabulary.LabelClique] != "" { // no fabric: the clique label goes
+
 		t.Fatalf("unexpected labels %v", want)
 	}
 	e.waitFor(t, "node-a", "L4 labels", hasExactly(want, keep))

@@ -84,6 +84,7 @@ type gpu struct {
 	cudaVersion   string // "12.4.0"
 	memoryBytes   int64  // 0 when no device says
 	migCapable    bool
+	cliqueID      string                    // "" without a completed NVLink fabric
 	shares        map[vocabulary.Kind]int64 // device kind → shares published
 }
 
@@ -149,6 +150,9 @@ func Labels(driverName string, slices []*resourceapi.ResourceSlice) map[string]s
 		labels[LabelRuntimeMinor], labels[LabelDeprecatedRuntimeMinor] = minor, minor
 		labels[LabelRuntimeFull] = major + "." + minor
 	}
+	if clique := nodeClique(gpus); clique != "" {
+		labels[vocabulary.LabelClique] = clique
+	}
 	// A value that is no valid label value (cannot happen with the formats
 	// above, but the inputs come from the API) is left out rather than
 	// failing the whole patch.
@@ -158,6 +162,23 @@ func Labels(driverName string, slices []*resourceapi.ResourceSlice) map[string]s
 		}
 	}
 	return labels
+}
+
+// nodeClique is the NVLink clique of a node: the cliqueID its GPUs with one
+// agree on; "" when none has one or they disagree (a node whose GPUs are in
+// two cliques belongs to neither clique's channel pool).
+func nodeClique(gpus []*gpu) string {
+	clique := ""
+	for _, g := range gpus {
+		switch {
+		case g.cliqueID == "":
+		case clique == "":
+			clique = g.cliqueID
+		case clique != g.cliqueID:
+			return ""
+		}
+	}
+	return clique
 }
 
 // newest keeps the node-local slices of driverName in the newest generation
@@ -213,6 +234,9 @@ func collect(driverName string, in []*resourceapi.ResourceSlice) []*gpu {
 				g.compute = str(attr(vocabulary.AttrCUDAComputeCapability))
 				g.driverVersion = attr(vocabulary.AttrDriverVersion)
 				g.cudaVersion = str(attr(vocabulary.AttrCUDADriverVersion))
+			}
+			if g.cliqueID == "" {
+				g.cliqueID = str(attr(vocabulary.AttrCliqueID))
 			}
 			switch typ {
 			case vocabulary.KindGPU:

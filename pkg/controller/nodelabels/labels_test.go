@@ -57,6 +57,9 @@ func TestLabelsOfSimulatedMachines(t *testing.T) {
 	for machine, want := range tests {
 		t.Run(machine, func(t *testing.T) {
 			slices := simnode.New(t, machine, "node-a").Slices(driver)
+			if machine == "dgxh100" { // NVSwitch: one NVLink clique
+				want[vocabulary.LabelClique] = cliqueOf(t, slices)
+			}
 			if diff := cmp.Diff(want, Labels(driver, slices)); diff != "" {
 				t.Errorf("labels (-want +got):\n%s", diff)
 			}
@@ -153,6 +156,7 @@ func TestLabelsFollowPublishedDevices(t *testing.T) {
 				"nvidia.com/gpu.family": "ada-lovelace", "nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "9",
 				"nvidia.com/mig.capable": "true",
 			},
+			gone: []string{vocabulary.LabelClique}, // neither model has an NVLink fabric
 		},
 		"mixed models, tie: the smaller product name": {
 			slices: append(filterDevices(a100, func(d *resourceapi.Device) bool { return minorOf(d) < 4 }), l4...),
@@ -160,6 +164,7 @@ func TestLabelsFollowPublishedDevices(t *testing.T) {
 				"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.memory": "40960", "nvidia.com/gpu.count": "4",
 				"nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "0",
 			},
+			gone: []string{vocabulary.LabelClique},
 		},
 	}
 	base := Labels(driver, h100)

@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/metrics"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/kubeclient"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -238,20 +238,7 @@ func (c *Controller) waitForAPI(ctx context.Context) bool {
 // Served reports whether the API server serves resource.k8s.io/v1
 // DeviceTaintRules; a group version it does not know is false, not an error.
 func Served(client kubernetes.Interface) (bool, error) {
-	gv := resourceapi.SchemeGroupVersion.String()
-	list, err := client.Discovery().ServerResourcesForGroupVersion(gv)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discover %s: %w", gv, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == "devicetaintrules" {
-			return true, nil
-		}
-	}
-	return false, nil
+	return kubeclient.Serves(client.Discovery(), resourceapi.SchemeGroupVersion.String(), "devicetaintrules")
 }
 
 // informers watches the heartbeat Leases, the nodes (names only) and the

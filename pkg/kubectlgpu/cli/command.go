@@ -8,12 +8,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/kubectlgpu"
@@ -26,6 +28,9 @@ type Options struct {
 	// Client, when set, is used instead of a client built from the
 	// kubeconfig flags (tests, or a program embedding the commands).
 	Client kubernetes.Interface
+	// Dynamic, when set, replaces the dynamic client (ComputeDomains) built
+	// from the kubeconfig flags.
+	Dynamic dynamic.Interface
 	// Metrics, when set, reads the plugins' metrics for `top` instead of
 	// a port-forward through the API server (tests).
 	Metrics kubectlgpu.MetricsReader
@@ -96,6 +101,16 @@ ResourceClaims, DeviceClasses and Pods with one list per resource type.`,
 		},
 	})
 	cmd.AddCommand(claimsCommand(config, &run, client))
+	cmd.AddCommand(domainsCommand(config, &run, func() (dynamic.Interface, error) {
+		if opts.Dynamic != nil {
+			return opts.Dynamic, nil
+		}
+		cfg, err := config.ToRESTConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig: %w", err)
+		}
+		return dynamic.NewForConfig(cfg)
+	}))
 	cmd.AddCommand(topCommand(config, &run, client, opts.Metrics))
 	return cmd
 }
@@ -146,32 +161,63 @@ pods/portforward in the driver's namespace (docs/kubectl-gpu.md).`,
 }
 
 func claimsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Options, client func() (kubernetes.Interface, error)) *cobra.Command {
-	var all bool
-	cmd := &cobra.Command{
+	return namespacedCommand(config, &cobra.Command{
 		Use:   "claims",
 		Short: "List the driver's claims: pods, node, devices (whole, MIG profile, share, passthrough) and sharing config",
 		Example: `  kubectl gpu claims
   kubectl gpu claims -n team-a
   kubectl gpu claims -A -o wide`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace := ""
-			if !all {
-				ns, _, err := config.ToRawKubeConfigLoader().Namespace()
-				if err != nil {
-					return fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
-				}
-				namespace = ns
-			}
-			c, err := client()
-			if err != nil {
-				return err
-			}
-			return kubectlgpu.RunClaims(cmd.Context(), c, *run, namespace)
-		},
+	}, "claims", func(ctx context.Context, namespace string) error {
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		return kubectlgpu.RunClaims(ctx, c, *run, namespace)
+	})
+}
+
+func domainsCommand(config *genericclioptions.ConfigFlags, run *kubectlgpu.Options, client func() (dynamic.Interface, error)) *cobra.Command {
+	return namespacedCommand(config, &cobra.Command{
+		Use:   "domains",
+		Short: "List ComputeDomains: Ready and reason, clique, nodes, each node's IMEX daemon state and unreachable peers",
+		Example: `  kubectl gpu domains
+  kubectl gpu domains -A -o wide
+  kubectl gpu domains -n team-a -o yaml`,
+	}, "domains", func(ctx context.Context, namespace string) error {
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		return kubectlgpu.RunDomains(ctx, c, *run, namespace)
+	})
+}
+
+// namespacedCommand completes cmd as a list of one namespace (-n, or the
+// kubeconfig's) or of all (-A) that run lists.
+func namespacedCommand(config *genericclioptions.ConfigFlags, cmd *cobra.Command, what string, run func(ctx context.Context, namespace string) error) *cobra.Command {
+	var all bool
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		namespace, err := namespaceOf(config, all)
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), namespace)
 	}
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List claims in all namespaces")
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List "+what+" in all namespaces")
 	return cmd
+}
+
+// namespaceOf is the namespace -n or the kubeconfig names; "" with -A.
+func namespaceOf(config *genericclioptions.ConfigFlags, all bool) (string, error) {
+	if all {
+		return "", nil
+	}
+	ns, _, err := config.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("find the namespace (give -n NAMESPACE or -A): %w", err)
+	}
+	return ns, nil
 }
 
 func newClient(config *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {

@@ -1,0 +1,434 @@
+package computedomain
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+)
+
+// DefaultPruneGracePeriod is how long a node entry may stand without a pod
+// of the domain on its node before the controller removes it: a node that
+// died cannot remove its own entry.
+const DefaultPruneGracePeriod = 5 * time.Minute
+
+// NodeFieldManager is the field manager of a node's entry in status.nodes
+// (its kubelet plugin applies it); the controller prunes an entry by
+// applying an empty list as that manager.
+func NodeFieldManager(node string) string { return "gpu.dra.dev/node-" + node }
+
+// Options configure the Controller.
+type Options struct {
+	// DriverName is the driver of the channel claims (gpu.dra.dev).
+	DriverName string
+	// PruneGracePeriod: see DefaultPruneGracePeriod.
+	PruneGracePeriod time.Duration
+	// Now is the clock (tests); nil: time.Now.
+	Now func() time.Time
+}
+
+// Controller reconciles ComputeDomains.
+type Controller struct {
+	client  kubernetes.Interface
+	domains dynamic.NamespaceableResourceInterface
+	opts    Options
+
+	lister cache.GenericLister
+	claims resourcelisters.ResourceClaimLister
+	synced []cache.InformerSynced
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	mu sync.Mutex
+	// noPodsSince is when the controller first saw a node entry
+	// (domain key + "/" + node) without a pod of the domain on its node.
+	noPodsSince map[string]time.Time
+}
+
+// New creates the controller and registers its event handlers on the
+// ComputeDomain informer (dynamic, over gpuv1beta1.ComputeDomainResource)
+// and the ResourceClaim informer.
+func New(client kubernetes.Interface, dyn dynamic.Interface, domainInformer informers.GenericInformer, claimInformer resourceinformers.ResourceClaimInformer, opts Options) (*Controller, error) {
+	if opts.DriverName == "" {
+		return nil, fmt.Errorf("compute domains: no driver name")
+	}
+	if opts.PruneGracePeriod <= 0 {
+		opts.PruneGracePeriod = DefaultPruneGracePeriod
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c := &Controller{
+		client: client, domains: dyn.Resource(gpuv1beta1.ComputeDomainResource), opts: opts,
+		lister: domainInformer.Lister(), claims: claimInformer.Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu_dra_compute_domains"}),
+		noPodsSince: map[string]time.Time{},
+	}
+	domainReg, err := domainInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueDomain,
+		UpdateFunc: func(_, cur any) { c.enqueueDomain(cur) },
+		DeleteFunc: c.enqueueDomain,
+	})
+	if err != nil {
+		return nil, err
+	}
+	claimReg, err := claimInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueClaim,
+		UpdateFunc: func(_, cur any) { c.enqueueClaim(cur) },
+		DeleteFunc: c.enqueueClaim,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{domainReg.HasSynced, claimReg.HasSynced}
+	return c, nil
+}
+
+func (c *Controller) enqueueDomain(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// enqueueClaim enqueues the domains of the claim's namespace that name it:
+// its owner and any domain whose claim name a foreign claim took.
+func (c *Controller) enqueueClaim(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	claim, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok {
+		return
+	}
+	objs, err := c.lister.ByNamespace(claim.Namespace).List(everything)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "channel", "resourceClaimName"); name == claim.Name {
+			c.queue.Add(claim.Namespace + "/" + u.GetName())
+		}
+	}
+}
+
+// Run reconciles until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithName("compute-domains")
+	ctx = klog.NewContext(ctx, logger)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return nil
+	}
+	logger.Info("Reconciling ComputeDomains", "workers", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	after, err := c.Sync(ctx, key)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Reconcile ComputeDomain", "domain", key)
+		c.queue.AddRateLimited(key)
+	case after > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, after)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// Sync reconciles one domain (namespace/name). It returns when to look
+// again (0: on the next event).
+func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	obj, err := c.lister.ByNamespace(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forget(key, nil)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return 0, fmt.Errorf("ComputeDomain %s: unexpected %T", key, obj)
+	}
+	cd := &gpuv1beta1.ComputeDomain{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cd); err != nil {
+		return 0, c.setConditions(ctx, cd, u, notReady(ReasonInvalid, fmt.Sprintf("cannot read the object: %v", err)))
+	}
+	if cd.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	cd.Default()
+	if errs := cd.Validate(); len(errs) > 0 {
+		return 0, c.setConditions(ctx, cd, u, notReady(ReasonInvalid, errs.ToAggregate().Error()))
+	}
+
+	claim, err := c.channelClaim(ctx, cd)
+	if err != nil {
+		return 0, err
+	}
+	if !metav1.IsControlledBy(claim, cd) {
+		return 0, c.setConditions(ctx, cd, u, notReady(ReasonClaimConflict, fmt.Sprintf(
+			"ResourceClaim %s/%s exists and is not this ComputeDomain's: the controller leaves it alone; delete it or name another claim in a new ComputeDomain",
+			ns, claim.Name)))
+	}
+
+	var pods []resourceapi.ResourceClaimConsumerReference
+	for _, r := range claim.Status.ReservedFor {
+		if r.APIGroup == "" && r.Resource == "pods" {
+			pods = append(pods, r)
+		}
+	}
+	podNodes, err := c.podNodes(ctx, ns, pods)
+	if err != nil {
+		return 0, err
+	}
+	nodes, after, err := c.prune(ctx, key, cd, podNodes)
+	if err != nil {
+		return 0, err
+	}
+	pods0 := meta.FindStatusCondition(cd.Status.Conditions, ConditionPodsScheduled)
+	podsCond := podsCondition(pods0, len(pods))
+	if err := c.setConditions(ctx, cd, u, readyCondition(nodes), podsCond); err != nil {
+		return 0, err
+	}
+
+	lt := cd.Spec.Lifetime
+	if lt.Policy != gpuv1beta1.LifetimeAfterLastPod || podsCond.Reason != ReasonNoPods {
+		return after, nil
+	}
+	since := meta.FindStatusCondition(cd.Status.Conditions, ConditionPodsScheduled).LastTransitionTime.Time
+	deadline := since.Add(time.Duration(ptr.Deref(lt.GracePeriodSeconds, gpuv1beta1.DefaultGracePeriodSeconds)) * time.Second)
+	if wait := deadline.Sub(c.opts.Now()); wait > 0 {
+		return minPositive(after, wait), nil
+	}
+	klog.FromContext(ctx).Info("Deleting ComputeDomain after its last pod", "domain", klog.KObj(cd), "lastPodGone", since)
+	err = c.domains.Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cd.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return 0, fmt.Errorf("delete ComputeDomain %s after its last pod: %w", key, err)
+	}
+	c.forget(key, nil)
+	return 0, nil
+}
+
+// channelClaim returns the domain's claim, creating it when missing.
+func (c *Controller) channelClaim(ctx context.Context, cd *gpuv1beta1.ComputeDomain) (*resourceapi.ResourceClaim, error) {
+	name := cd.Spec.Channel.ResourceClaimName
+	claim, err := c.claims.ResourceClaims(cd.Namespace).Get(name)
+	if err == nil {
+		return claim, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	claim, err = c.client.ResourceV1().ResourceClaims(cd.Namespace).Create(ctx, ChannelClaim(cd, c.opts.DriverName), metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) { // not in the cache yet: read it
+		claim, err = c.client.ResourceV1().ResourceClaims(cd.Namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create channel claim %s/%s: %w", cd.Namespace, name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Created channel claim", "domain", klog.KObj(cd), "claim", klog.KObj(claim))
+	return claim, nil
+}
+
+// podNodes are the nodes of the pods reserving the claim; a pod that is
+// gone or replaced (another UID) counts for none.
+func (c *Controller) podNodes(ctx context.Context, ns string, pods []resourceapi.ResourceClaimConsumerReference) (sets.Set[string], error) {
+	out := sets.New[string]()
+	for _, r := range pods {
+		pod, err := c.client.CoreV1().Pods(ns).Get(ctx, r.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s of the channel claim: %w", ns, r.Name, err)
+		}
+		if pod.UID == r.UID && pod.Spec.NodeName != "" {
+			out.Insert(pod.Spec.NodeName)
+		}
+	}
+	return out, nil
+}
+
+// prune removes the node entries whose node has had no pod of the domain
+// for PruneGracePeriod, and returns the entries left and when to look
+// again.
+func (c *Controller) prune(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, podNodes sets.Set[string]) ([]gpuv1beta1.ComputeDomainNode, time.Duration, error) {
+	now := c.opts.Now()
+	var keep []gpuv1beta1.ComputeDomainNode
+	var after time.Duration
+	present := sets.New[string]()
+	for _, n := range cd.Status.Nodes {
+		present.Insert(n.Name)
+		if podNodes.Has(n.Name) {
+			c.forget(key, &n.Name)
+			keep = append(keep, n)
+			continue
+		}
+		c.mu.Lock()
+		since, ok := c.noPodsSince[key+"/"+n.Name]
+		if !ok {
+			since = now
+			c.noPodsSince[key+"/"+n.Name] = now
+		}
+		c.mu.Unlock()
+		if wait := since.Add(c.opts.PruneGracePeriod).Sub(now); wait > 0 {
+			keep = append(keep, n)
+			after = minPositive(after, wait)
+			continue
+		}
+		if err := c.removeNode(ctx, cd, n.Name); err != nil {
+			return nil, 0, err
+		}
+		klog.FromContext(ctx).Info("Removed the entry of a node without pods of the domain", "domain", klog.KObj(cd), "node", n.Name, "since", since)
+		c.forget(key, &n.Name)
+	}
+	// Forget nodes whose entries are gone.
+	c.mu.Lock()
+	for k := range c.noPodsSince {
+		if node, ok := cutKey(k, key); ok && !present.Has(node) {
+			delete(c.noPodsSince, k)
+		}
+	}
+	c.mu.Unlock()
+	return keep, after, nil
+}
+
+// removeNode drops a node's entry as its own plugin does: an empty list
+// applied as the node's field manager.
+func (c *Controller) removeNode(ctx context.Context, cd *gpuv1beta1.ComputeDomain, node string) error {
+	patch := applyObject(cd)
+	patch.Object["status"] = map[string]any{"nodes": []any{}}
+	_, err := c.domains.Namespace(cd.Namespace).ApplyStatus(ctx, cd.Name, patch, metav1.ApplyOptions{FieldManager: NodeFieldManager(node), Force: true})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove node %s from ComputeDomain %s/%s: %w", node, cd.Namespace, cd.Name, err)
+	}
+	return nil
+}
+
+// setConditions applies the controller's conditions, keeping the
+// transition time of those whose status did not change, and writes only
+// when something changed. It updates cd's conditions.
+func (c *Controller) setConditions(ctx context.Context, cd *gpuv1beta1.ComputeDomain, u *unstructured.Unstructured, conds ...metav1.Condition) error {
+	now := metav1.NewTime(c.opts.Now().Truncate(time.Second))
+	next := slices.Clone(cd.Status.Conditions)
+	changed := false
+	for _, cond := range conds {
+		cond.ObservedGeneration = cd.Generation
+		cond.LastTransitionTime = now
+		changed = meta.SetStatusCondition(&next, cond) || changed
+	}
+	cd.Status.Conditions = next
+	if !changed {
+		return nil
+	}
+	var owned []any
+	for _, cond := range next {
+		if cond.Type != ConditionReady && cond.Type != ConditionPodsScheduled {
+			continue
+		}
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cond)
+		if err != nil {
+			return err
+		}
+		owned = append(owned, m)
+	}
+	patch := applyObject(cd)
+	if cd.Name == "" { // unreadable: address it by the informer's object
+		patch.SetName(u.GetName())
+		patch.SetNamespace(u.GetNamespace())
+	}
+	patch.Object["status"] = map[string]any{"conditions": owned}
+	_, err := c.domains.Namespace(patch.GetNamespace()).ApplyStatus(ctx, patch.GetName(), patch, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("update conditions of ComputeDomain %s/%s: %w", patch.GetNamespace(), patch.GetName(), err)
+	}
+	return nil
+}
+
+func applyObject(cd *gpuv1beta1.ComputeDomain) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetAPIVersion(gpuv1beta1.GroupVersion.String())
+	u.SetKind(gpuv1beta1.ComputeDomainKind)
+	u.SetName(cd.Name)
+	u.SetNamespace(cd.Namespace)
+	return u
+}
+
+// forget drops the pruning clock of one node of the domain, or of all.
+func (c *Controller) forget(key string, node *string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if node != nil {
+		delete(c.noPodsSince, key+"/"+*node)
+		return
+	}
+	for k := range c.noPodsSince {
+		if _, ok := cutKey(k, key); ok {
+			delete(c.noPodsSince, k)
+		}
+	}
+}
+
+func cutKey(k, domainKey string) (string, bool) {
+	if len(k) > len(domainKey)+1 && k[:len(domainKey)] == domainKey && k[len(domainKey)] == '/' {
+		return k[len(domainKey)+1:], true
+	}
+	return "", false
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 {
+		return b
+	}
+	if b <= 0 {
+		return a
+	}
+	return min(a, b)
+}
