@@ -194,3 +194,21 @@ func (channelHandler) conflict(_ string, a, b checkpoint.PreparedDevice) string 
 	}
 	return ""
 }
+
+// HeldDomains lists the compute domains the checkpoint's channels hold, with
+// their claims: what imexdomain.Node.Recover keeps after a restart.
+func (d *Engine) HeldDomains() map[imexdomain.Domain][]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	held := map[imexdomain.Domain][]string{}
+	for uid, c := range d.cp.All() {
+		for i := range c.Devices {
+			pd := &c.Devices[i]
+			if pd.Kind == vocabulary.KindIMEXChannel && pd.IMEXChannel != nil && pd.IMEXChannel.DomainUID != "" {
+				dom := domainOf(pd)
+				held[dom] = append(held[dom], string(uid))
+			}
+		}
+	}
+	return held
+}
