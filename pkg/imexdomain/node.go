@@ -124,6 +124,13 @@ func (n *Node) Lookup(ctx context.Context, namespace, name string) (types.UID, e
 // Join starts or joins the domain's daemon for claim, with the peers the
 // domain's status lists and this node, and applies this node's entry.
 func (n *Node) Join(ctx context.Context, d Domain, claim string) error {
+	n.mu.Lock()
+	busy := n.joined
+	n.mu.Unlock()
+	if busy.UID != "" && busy.UID != d.UID {
+		return fmt.Errorf("ComputeDomain %s/%s: this node's IMEX daemon serves ComputeDomain %s/%s (UID %s); a node serves one compute domain at a time",
+			d.Namespace, d.Name, busy.Namespace, busy.Name, busy.UID)
+	}
 	peers, _ := n.peersOf(ctx, d)
 	if err := n.opts.Manager.Acquire(ctx, string(d.UID), claim, peers); err != nil {
 		return fmt.Errorf("ComputeDomain %s/%s: %w", d.Namespace, d.Name, err)
