@@ -52,7 +52,7 @@ func (n *Node) reconcile(ctx context.Context) {
 // poll asks the daemon for the domain's state: Connected when it reaches
 // every peer, Disconnected when it lost one, Starting while a peer never
 // connected, Failed when the command service does not answer after it
-// answered once.
+// answered once (the daemon is then started again if it exited).
 func (n *Node) poll(ctx context.Context, d Domain, cd *gpuv1beta1.ComputeDomain) *gpuv1beta1.DaemonStatus {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -63,11 +63,20 @@ func (n *Node) poll(ctx context.Context, d Domain, cd *gpuv1beta1.ComputeDomain)
 		n.mu.Lock()
 		answered := n.last != nil && n.last.Daemon.State != gpuv1beta1.DaemonStarting
 		n.mu.Unlock()
-		state := gpuv1beta1.DaemonStarting
-		if answered {
-			state = gpuv1beta1.DaemonFailed
+		msg := fmt.Sprintf("nvidia-imex-ctl -N: %v: %s", err, strings.TrimSpace(out.String()))
+		if !answered {
+			return &gpuv1beta1.DaemonStatus{State: gpuv1beta1.DaemonStarting, Message: msg}
 		}
-		return &gpuv1beta1.DaemonStatus{State: state, Message: fmt.Sprintf("nvidia-imex-ctl -N: %v: %s", err, strings.TrimSpace(out.String()))}
+		// It answered before: a daemon that died is started again, as at
+		// a plugin restart (imex.Manager.Recover adopts one that runs).
+		if active, claims := n.opts.Manager.Active(); active == string(d.UID) {
+			if rerr := n.opts.Manager.Recover(ctx, map[string][]string{active: claims}); rerr != nil {
+				msg += "; restart: " + rerr.Error()
+			} else {
+				msg += "; the daemon was restarted if it had exited"
+			}
+		}
+		return &gpuv1beta1.DaemonStatus{State: gpuv1beta1.DaemonFailed, Message: msg}
 	}
 	report := parseCtl(out.String())
 	view := report.view(n.opts.NodeIP)

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,11 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/inprocess"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/imexdomain"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/imexd"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -36,6 +40,8 @@ type domainRack struct {
 	serverPort, cmdPort int
 	cds                 *dynamicfake.FakeDynamicClient
 	dirs                map[string]pluginrun.Dirs
+	clients             map[string]*fake.Clientset
+	stops               map[string]func() error
 }
 
 var trayIPs = map[string]string{"tray-1": "127.0.0.2", "tray-2": "127.0.0.3", "tray-3": "127.0.0.4"}
@@ -50,7 +56,7 @@ func newDomainRack(t *testing.T, cds ...*gpuv1beta1.ComputeDomain) *domainRack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &domainRack{t: t, imexSim: bin, cds: client, dirs: map[string]pluginrun.Dirs{}}
+	r := &domainRack{t: t, imexSim: bin, cds: client, dirs: map[string]pluginrun.Dirs{}, clients: map[string]*fake.Clientset{}, stops: map[string]func() error{}}
 	r.serverPort, r.cmdPort = freePort(t), freePort(t)
 	return r
 }
@@ -83,13 +89,24 @@ func (r *domainRack) start(node string, claims ...*resourceapi.ResourceClaim) *i
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.KubeClient = apiserver.NodeClient(node, claims...)
+	r.clients[node] = apiserver.NodeClient(node, claims...)
+	cfg.KubeClient = r.clients[node]
 	p, err := inprocess.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start plugin on %s: %v", node, err)
 	}
-	t.Cleanup(func() { _ = p.Stop() })
+	stop := sync.OnceValue(p.Stop)
+	r.stops[node] = stop
+	t.Cleanup(func() { _ = stop() })
 	return p
+}
+
+// stop stops node's plugin (once: a second Stop waits for its timeout).
+func (r *domainRack) stop(node string) {
+	r.t.Helper()
+	if err := r.stops[node](); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // killDaemons ends the IMEX daemons a test left (they outlive the plugin
@@ -208,6 +225,38 @@ func TestComputeDomainChannel(t *testing.T) {
 			strings.Contains(r.ctl("tray-1", uid), "Domain State: UP") && strings.Count(r.ctl("tray-1", uid), "READY") == 2
 	})
 
+	// tray-2's daemon dies while its plugin is down: tray-1 reports the lost
+	// peer in its entry and an Event; the restarted plugin starts the
+	// daemon again and the domain reconnects.
+	r.stop("tray-2")
+	pid2 := daemonPID(t, r, "tray-2", uid)
+	_ = syscall.Kill(pid2, syscall.SIGKILL)
+	eventually(t, 20*time.Second, "tray-1 reports tray-2 lost", func() bool {
+		for _, e := range r.cd("training").Status.Nodes {
+			if e.Name == "tray-1" {
+				return e.Daemon.State == gpuv1beta1.DaemonDisconnected && slices.Equal(e.Daemon.UnreachablePeers, []string{"tray-2"})
+			}
+		}
+		return false
+	})
+	events, err := r.clients["tray-1"].CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+	if err != nil || len(events.Items) == 0 || events.Items[0].Reason != imexdomain.EventPeerUnreachable ||
+		events.Items[0].InvolvedObject.Name != "training" || !strings.Contains(events.Items[0].Message, "tray-2") {
+		t.Errorf("events on tray-1's client: %v %+v, want %s on training naming tray-2", err, events, imexdomain.EventPeerUnreachable)
+	}
+	p2 = r.start("tray-2", claim)
+	connected := func() bool {
+		s := r.states("training")
+		return s["tray-1"] == gpuv1beta1.DaemonConnected && s["tray-2"] == gpuv1beta1.DaemonConnected
+	}
+	eventually(t, 20*time.Second, "the restarted plugin's daemon reconnects", connected)
+	// A daemon that dies while its plugin runs is started again.
+	pid2 = daemonPID(t, r, "tray-2", uid)
+	_ = syscall.Kill(pid2, syscall.SIGKILL)
+	eventually(t, 20*time.Second, "tray-2's plugin restarts its daemon", func() bool {
+		return daemonPIDOrZero(r, "tray-2", uid) != pid2 && connected()
+	})
+
 	if _, err := p3.Kubelet.PrepareOne(ctx, claim); err == nil || !strings.Contains(err.Error(), "clique "+cliqueA) || !strings.Contains(err.Error(), cliqueB) {
 		t.Errorf("prepare on rack-b's tray: %v, want the clique error naming both cliques", err)
 	}
@@ -229,9 +278,7 @@ func TestComputeDomainChannel(t *testing.T) {
 
 	// A restart adopts the running daemon.
 	pid := daemonPID(t, r, "tray-1", uid)
-	if err := p1.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	r.stop("tray-1")
 	p1 = r.start("tray-1", claim, other)
 	if got := daemonPID(t, r, "tray-1", uid); got != pid || syscall.Kill(pid, 0) != nil {
 		t.Errorf("after a restart the daemon is %d, want %d adopted and running", got, pid)
@@ -253,15 +300,21 @@ func TestComputeDomainChannel(t *testing.T) {
 
 func daemonPID(t *testing.T, r *domainRack, node string, uid types.UID) int {
 	t.Helper()
+	pid := daemonPIDOrZero(r, node, uid)
+	if pid == 0 {
+		t.Fatalf("%s: no daemon PID recorded", node)
+	}
+	return pid
+}
+
+// daemonPIDOrZero is the PID node's daemon record names, 0 for none.
+func daemonPIDOrZero(r *domainRack, node string, uid types.UID) int {
 	data, err := os.ReadFile(filepath.Join(r.dirs[node].PluginData, "imex", string(uid), "domain.json"))
 	var rec struct{ PID int }
-	if err == nil {
-		err = json.Unmarshal(data, &rec)
+	if err == nil && json.Unmarshal(data, &rec) == nil {
+		return rec.PID
 	}
-	if err != nil || rec.PID == 0 {
-		t.Fatalf("%s: daemon record: %v, PID %d", node, err, rec.PID)
-	}
-	return rec.PID
+	return 0
 }
 
 func nodepluginIMEX(r *domainRack, node string) nodeplugin.IMEXConfig {
