@@ -26,7 +26,7 @@ import (
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imex"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Domain is a ComputeDomain as a channel record names it: the domain in
@@ -105,7 +105,7 @@ func (n *Node) Clique() string {
 
 // DeviceNode is channel i's node below the driver root, if the node has it.
 func (n *Node) DeviceNode(i int) (string, error) {
-	node := "/dev/" + nvmlsim.IMEXChannelNode(i)
+	node := vocabulary.ChannelDevNode(i)
 	if _, err := os.Stat(filepath.Join(n.opts.DriverRoot, node)); err != nil {
 		return "", fmt.Errorf("IMEX channel %d: this node has no %s: %w", i, node, err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imexdomain"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -33,7 +32,7 @@ func (f *fakeChannels) DeviceNode(n int) (string, error) {
 	if n >= 64 {
 		return "", fmt.Errorf("IMEX channel %d: this node has no such channel", n)
 	}
-	return "/dev/" + nvmlsim.IMEXChannelNode(n), nil
+	return vocabulary.ChannelDevNode(n), nil
 }
 
 func (f *fakeChannels) Lookup(_ context.Context, namespace, name string) (types.UID, error) {
