@@ -154,21 +154,7 @@ func TestChannelCrashConverges(t *testing.T) {
 			f.clique = node.GPUs[0].CliqueID
 			d := startTestDriver(t, opts, node)
 			claim := channelClaimOf("channel", f.clique, "channel-5", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, channelConfig))
-			unprepareStep := strings.HasPrefix(point, "unprepare:")
-			if unprepareStep {
-				if err := prepareOne(t, d, claim); err != nil {
-					t.Fatal(err)
-				}
-			}
-			crashAt(t, point, func(h func(string)) {
-				hook = h
-				if unprepareStep {
-					_ = unprepareOne(t, d, claim)
-				} else {
-					_ = prepareOne(t, d, claim)
-				}
-			})
-			hook = nil
+			crashDuring(t, d, claim, point, func(h func(string)) { hook = h })
 
 			d = startTestDriver(t, opts, node)
 			f.recover(d.HeldDomains())

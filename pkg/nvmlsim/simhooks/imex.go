@@ -12,17 +12,7 @@ const IMEXProgram = "imex-sim"
 
 // IMEX returns the simulated IMEX program beside the running executable, or
 // "" when it is not installed there.
-func IMEX() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	path := filepath.Join(filepath.Dir(exe), IMEXProgram)
-	if _, err := os.Stat(path); err != nil {
-		return ""
-	}
-	return path
-}
+func IMEX() string { return besideExecutable(IMEXProgram) }
 
 // InstallIMEX links program (cmd/imex-sim) into a simulated driver root as
 // usr/bin/nvidia-imex and usr/bin/nvidia-imex-ctl, where a driver
