@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -174,5 +175,34 @@ func TestChannelCrashConverges(t *testing.T) {
 				t.Errorf("claims %+v, daemons %v left", got, f.daemons())
 			}
 		})
+	}
+}
+
+// A lost checkpoint is rebuilt from the CDI spec with the channel's record:
+// the restart keeps the domain's daemon, and unprepare releases it.
+func TestChannelRebuiltFromSpec(t *testing.T) {
+	f := newChannels()
+	opts, node := testOptionsOn(t, "gb200nvl72", Options{Channels: f})
+	f.clique = node.GPUs[0].CliqueID
+	d := startTestDriver(t, opts, node)
+	claim := channelClaimOf("channel", f.clique, "channel-5", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, channelConfig))
+	if err := prepareOne(t, d, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(opts.CheckpointPath); err != nil {
+		t.Fatal(err)
+	}
+	d = startTestDriver(t, opts, node)
+	held := d.HeldDomains()
+	want := imexdomain.Domain{Namespace: "ns", Name: "training", UID: "training-uid", Channel: 5}
+	if !slices.Equal(held[want], []string{string(claim.UID)}) {
+		t.Fatalf("held domains after the rebuild %v, want %v held by %s", held, want, claim.UID)
+	}
+	f.recover(held)
+	if err := unprepareOne(t, d, claim); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.daemons(); len(got) != 0 {
+		t.Errorf("daemons %v left", got)
 	}
 }
