@@ -9,7 +9,6 @@ package imexdomain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -186,12 +185,12 @@ func (n *Node) Recover(ctx context.Context, held map[Domain][]string) error {
 	return nil
 }
 
-// Start runs the ComputeDomain watch and the poller until ctx ends.
+// Start runs the ComputeDomain watch and the poller until ctx ends. It
+// does not wait for the watch: without the CRD (or the RBAC) the plugin
+// still serves GPUs, and its channel prepares fail at the lookup; the
+// poller follows the peers once the watch has synced.
 func (n *Node) Start(ctx context.Context) error {
 	go n.informer.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), n.informer.HasSynced) {
-		return errors.New("ComputeDomain informer did not sync")
-	}
 	// A change of any domain's nodes may change the peers: poll at once.
 	kick := make(chan struct{}, 1)
 	notify := func(any) {

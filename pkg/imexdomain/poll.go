@@ -24,6 +24,9 @@ const EventPeerUnreachable = "IMEXPeerUnreachable"
 // domain follows its peers, polls its daemon and applies the entry.
 func (n *Node) reconcile(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	if !n.informer.HasSynced() {
+		return // no domain is known yet: nothing is dropped, no peer followed
+	}
 	n.mu.Lock()
 	d := n.joined
 	n.mu.Unlock()

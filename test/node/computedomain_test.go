@@ -15,11 +15,14 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
@@ -321,5 +324,25 @@ func nodepluginIMEX(r *domainRack, node string) nodeplugin.IMEXConfig {
 	return nodeplugin.IMEXConfig{
 		NodeIP: trayIPs[node], Daemon: r.imexSim, ServerPort: r.serverPort, CmdPort: r.cmdPort,
 		PollPeriod: 100 * time.Millisecond, DynamicClient: r.cds,
+	}
+}
+
+// Without the ComputeDomain CRD (the watch cannot list) the plugin still
+// starts and serves; a channel claim fails at the domain's lookup.
+func TestComputeDomainsWithoutCRD(t *testing.T) {
+	_, s1 := startTray(t, "tray-1")
+	r := newDomainRack(t)
+	gone := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(gpuv1beta1.ComputeDomainResource.GroupResource(), "")
+	}
+	r.cds.PrependReactor("list", "*", gone)
+	r.cds.PrependReactor("get", "*", gone)
+	r.cds.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, nil, apierrors.NewNotFound(gpuv1beta1.ComputeDomainResource.GroupResource(), "")
+	})
+	claim := channelClaim("training", clique(t, "tray-1", s1), 3)
+	p := r.start("tray-1", claim)
+	if _, err := p.Kubelet.PrepareOne(context.Background(), claim); err == nil || !strings.Contains(err.Error(), "ComputeDomain default/training") {
+		t.Errorf("prepare without the CRD: %v, want the lookup's error naming default/training", err)
 	}
 }
