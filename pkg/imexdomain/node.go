@@ -74,7 +74,7 @@ type Node struct {
 	informer cache.SharedIndexInformer
 }
 
-// New returns a node; Start runs its watch and poller.
+// New returns a node; Run runs its watch and poller.
 func New(opts Options) *Node {
 	if opts.PollPeriod == 0 {
 		opts.PollPeriod = 5 * time.Second
@@ -185,11 +185,13 @@ func (n *Node) Recover(ctx context.Context, held map[Domain][]string) error {
 	return nil
 }
 
-// Start runs the ComputeDomain watch and the poller until ctx ends. It
-// does not wait for the watch: without the CRD (or the RBAC) the plugin
-// still serves GPUs, and its channel prepares fail at the lookup; the
-// poller follows the peers once the watch has synced.
-func (n *Node) Start(ctx context.Context) error {
+// Run runs the ComputeDomain watch and the poller until ctx ends; the
+// plugin counts it among the goroutines that change node state (the
+// daemon's peers, a restarted daemon), which end before the node is handed
+// over. It does not wait for the watch: without the CRD (or the RBAC) the
+// plugin still serves GPUs, and its channel prepares fail at the lookup;
+// the poller follows the peers once the watch has synced.
+func (n *Node) Run(ctx context.Context) {
 	go n.informer.Run(ctx.Done())
 	// A change of any domain's nodes may change the peers: poll at once.
 	kick := make(chan struct{}, 1)
@@ -202,22 +204,19 @@ func (n *Node) Start(ctx context.Context) error {
 	if _, err := n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
 	}); err != nil {
-		return err
+		klog.FromContext(ctx).Error(err, "Watch ComputeDomains; polling only")
 	}
-	go func() {
-		ticker := time.NewTicker(n.opts.PollPeriod)
-		defer ticker.Stop()
-		for {
-			n.reconcile(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-			case <-kick:
-			}
+	ticker := time.NewTicker(n.opts.PollPeriod)
+	defer ticker.Stop()
+	for {
+		n.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-kick:
 		}
-	}()
-	return nil
+	}
 }
 
 // cached returns the domain from the informer's cache.

@@ -143,9 +143,7 @@ func Run(ctx context.Context, cfg *Config) error {
 		if err := channels.Recover(ctx, drv.HeldDomains()); err != nil {
 			return fmt.Errorf("recover IMEX daemons: %w", err)
 		}
-		if err := channels.Start(ctx); err != nil {
-			return err
-		}
+		mutators.Go(func() { channels.Run(ctx) })
 	}
 	drv.SetHealth(monitor)
 	drv.SetDevices(ctx, node.published)
