@@ -3,7 +3,6 @@ package prepare
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -133,7 +132,9 @@ func (channelHandler) unprepare(ctx context.Context, d *Engine, claimUID types.U
 		return nil // never joined
 	}
 	if d.opts.Channels == nil {
-		return errors.New("an IMEX channel is recorded, but this plugin runs no IMEX daemons")
+		return fmt.Errorf("an IMEX channel of ComputeDomain %s/%s is recorded, but this plugin runs no IMEX daemons: "+
+			"start it with --imex-node-ip (chart: kubeletPlugin.imex.enabled) to stop the domain's daemon and unprepare the claim",
+			pd.IMEXChannel.DomainNamespace, pd.IMEXChannel.DomainName)
 	}
 	return d.opts.Channels.Leave(ctx, domainOf(pd), string(claimUID))
 }
