@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the driver image as a tar, without a registry or a container engine:
-# dra-kubelet-plugin and mps-control-sim (side by side in /usr/bin, where the plugin
-# looks for the simulated MPS control program under --simulate), gpu-load-sim (the
+# dra-kubelet-plugin, mps-control-sim and imex-sim (side by side in /usr/bin, where the
+# plugin looks for the simulated MPS control program and IMEX daemon under --simulate), gpu-load-sim (the
 # simulated CUDA job the demo's load pods run, static), dra-controller when
 # it exists, the glibc runtime the cgo binaries (and a dlopen'ed libnvidia-ml) need,
 # and Debian's static busybox for a shell. The tar is an OCI image layout that
@@ -22,11 +22,11 @@ if [[ ! -x $bindir/mkimage ]]; then
 	hack/cluster/build.sh >&2
 fi
 
-cmds=(./cmd/dra-kubelet-plugin ./cmd/mps-control-sim)
+cmds=(./cmd/dra-kubelet-plugin ./cmd/mps-control-sim ./cmd/imex-sim)
 [[ -d cmd/dra-controller ]] && cmds+=(./cmd/dra-controller)
 go build -trimpath -ldflags="-s -w" -o bin/ "${cmds[@]}" >&2
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/gpu-load-sim >&2
-files=(-file bin/dra-kubelet-plugin -file bin/mps-control-sim -file bin/gpu-load-sim)
+files=(-file bin/dra-kubelet-plugin -file bin/mps-control-sim -file bin/imex-sim -file bin/gpu-load-sim)
 [[ -d cmd/dra-controller ]] && files+=(-file bin/dra-controller)
 
 # glibc: the loader and the libraries libc-linked Go binaries and the NVIDIA

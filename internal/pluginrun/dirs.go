@@ -59,6 +59,13 @@ func BuildMPSControl(dir string) (string, error) {
 	return buildCommand(dir, "mps-control-sim")
 }
 
+// BuildIMEX builds the simulated nvidia-imex and nvidia-imex-ctl
+// (cmd/imex-sim) into dir and returns its path; the plugin finds it beside
+// its own binary in a real deployment (nodeplugin.IMEXConfig.Daemon).
+func BuildIMEX(dir string) (string, error) {
+	return buildCommand(dir, "imex-sim")
+}
+
 // BuildLoadSim builds the simulated CUDA job (cmd/gpu-load-sim) into dir
 // and returns its path.
 func BuildLoadSim(dir string) (string, error) {

@@ -113,6 +113,24 @@ type PreparedDevice struct {
 	// recorded before it is bound to vfio-pci: the binding intent a
 	// restart follows to give the GPU back to nvidia.
 	VFIOPCIBusID string `json:"vfioPCIBusID,omitempty"`
+	// IMEXChannel describes a vocabulary.KindIMEXChannel device: the
+	// channel and the compute domain whose IMEX daemon it holds.
+	IMEXChannel *IMEXChannel `json:"imexChannel,omitempty"`
+	// Unknown are fields of a newer release, kept as they are.
+	Unknown Unknown `json:"-"`
+}
+
+// IMEXChannel is the record of a compute domain's IMEX channel prepared on
+// this node: the channel the containers get, and the domain (a
+// ComputeDomain in the claim's namespace) whose IMEX daemon the claim
+// holds. DomainUID is empty until the domain was looked up; a record with
+// it set may hold the daemon and its status entry, which unprepare and
+// recovery release.
+type IMEXChannel struct {
+	Channel         int    `json:"channel"`
+	DomainNamespace string `json:"domainNamespace"`
+	DomainName      string `json:"domainName"`
+	DomainUID       string `json:"domainUID,omitempty"`
 	// Unknown are fields of a newer release, kept as they are.
 	Unknown Unknown `json:"-"`
 }

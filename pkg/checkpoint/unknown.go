@@ -72,6 +72,7 @@ type (
 	preparedDeviceFields PreparedDevice
 	migInstanceFields    MigInstance
 	sharingFields        Sharing
+	imexChannelFields    IMEXChannel
 )
 
 var (
@@ -80,6 +81,7 @@ var (
 	preparedDeviceNames = knownNames(reflect.TypeFor[PreparedDevice]())
 	migInstanceNames    = knownNames(reflect.TypeFor[MigInstance]())
 	sharingNames        = knownNames(reflect.TypeFor[Sharing]())
+	imexChannelNames    = knownNames(reflect.TypeFor[IMEXChannel]())
 )
 
 // UnmarshalJSON keeps unknown fields.
@@ -175,4 +177,23 @@ func (s Sharing) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	return joinUnknown(data, s.Unknown)
+}
+
+// UnmarshalJSON keeps unknown fields.
+func (c *IMEXChannel) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, (*imexChannelFields)(c)); err != nil {
+		return err
+	}
+	u, err := splitUnknown(data, imexChannelNames)
+	c.Unknown = u
+	return err
+}
+
+// MarshalJSON writes unknown fields back.
+func (c IMEXChannel) MarshalJSON() ([]byte, error) {
+	data, err := json.Marshal(imexChannelFields(c))
+	if err != nil {
+		return nil, err
+	}
+	return joinUnknown(data, c.Unknown)
 }

@@ -7,7 +7,7 @@
 // per domain whose record (domain.json) survives a plugin restart, so
 // Recover adopts a running daemon or stops one no claim holds.
 //
-// The prepare path does not call it yet (docs/compute-domains.md).
+// pkg/imexdomain drives it from the prepare path (docs/compute-domains.md).
 package imex
 
 import (
@@ -77,6 +77,20 @@ func NewManager(cfg Config) *Manager {
 }
 
 func (m *Manager) dir(domain string) string { return filepath.Join(m.cfg.StateDir, domain) }
+
+// ConfigPath is the config file of the domain's daemon, for nvidia-imex-ctl
+// -c.
+func (m *Manager) ConfigPath(domain string) string { return filepath.Join(m.dir(domain), "config.cfg") }
+
+// Peers returns the peers the active daemon was last given.
+func (m *Manager) Peers() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.active == nil {
+		return nil
+	}
+	return slices.Clone(m.active.Peers)
+}
 
 // Acquire records that claim of domain is prepared on this node, starting
 // the domain's daemon with peers (the addresses of the domain's nodes, this

@@ -156,6 +156,9 @@ type Config struct {
 	// before NVML is initialized (fault campaigns inject NVML errors and
 	// lose GPUs through it while the plugin runs).
 	SimulationHook func(*nvmlsim.Machine)
+
+	// IMEX says how the node runs the IMEX daemons of compute domains.
+	IMEX IMEXConfig
 }
 
 // Values of --metrics-auth.
@@ -206,6 +209,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", heartbeat.DefaultPeriod, "How often the node's heartbeat Lease (gpu-dra-heartbeat-<node> in --pod-namespace) is renewed; it is renewed only while the DRA socket and NVML answer the probe checks and the engine is not stalled (--engine-stall-bound) (every --probe-period), and dra-controller taints the node's devices when it lapses (docs/operations.md, Outage). 0 turns it off.")
 	fs.StringVar(&c.SimulateNodeMachines, "simulate-node-machines", "", "For demos and tests only, with --simulate: NODE=MACHINE,... simulates MACHINE instead of --simulate's on the node named NODE (a mixed fleet from one DaemonSet).")
 	fs.BoolVar(&c.DeviceMetadata, "device-metadata", true, "Give every prepared device's containers its metadata (KEP-5304, beta in Kubernetes 1.37): the kubelet plugin helper writes /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.dra.dev-metadata.json (resourceclaimtemplates/<pod claim name>/... for a claim from a template; the driver name is --driver-name's) with the device's UUID (a MIG device's own and its GPU's), PCI address, NUMA node and published attributes, and a CDI spec in --cdi-dir that mounts it (docs/cdi.md).")
+	c.IMEX.addFlags(fs)
 	fs.BoolVar(&c.PrintSlices, "print-slices", false, "Print the ResourceSlices this node would publish as a YAML stream and exit, without contacting an API server.")
 }
 
@@ -287,6 +291,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HeartbeatPeriod > 0 && c.PodNamespace == "" && !c.PrintSlices {
 		return fmt.Errorf("--heartbeat-period=%s needs --pod-namespace (POD_NAMESPACE from the downward API), where its Lease lives; --heartbeat-period=0 turns the heartbeat off", c.HeartbeatPeriod)
+	}
+	if err := c.IMEX.validate(); err != nil {
+		return err
 	}
 	if c.EngineStallBound < 0 {
 		return fmt.Errorf("--engine-stall-bound=%s: must be positive (0 takes the default %s)", c.EngineStallBound, liveness.DefaultStallBound)

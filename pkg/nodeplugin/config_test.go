@@ -61,6 +61,13 @@ func TestConfigValidate(t *testing.T) {
 		"heartbeat negative":               {func(c *Config) { c.HeartbeatPeriod = -time.Second }, "--heartbeat-period=-1s: must not be negative"},
 		"engine stall bound":               {func(c *Config) { c.EngineStallBound = 2 * time.Minute }, ""},
 		"engine stall bound negative":      {func(c *Config) { c.EngineStallBound = -time.Second }, "--engine-stall-bound=-1s: must be positive"},
+		"imex":                             {func(c *Config) { c.IMEX = IMEXConfig{NodeIP: "10.0.0.1", ServerPort: 50000, CmdPort: 50005} }, ""},
+		"imex IPv6":                        {func(c *Config) { c.IMEX = IMEXConfig{NodeIP: "fd00::1", ServerPort: 50000, CmdPort: 50005} }, ""},
+		"imex node ip not an IP":           {func(c *Config) { c.IMEX = IMEXConfig{NodeIP: "tray-1", ServerPort: 50000, CmdPort: 50005} }, `--imex-node-ip="tray-1": not an IP address`},
+		"imex server port 0":               {func(c *Config) { c.IMEX = IMEXConfig{NodeIP: "10.0.0.1", CmdPort: 50005} }, "--imex-server-port=0: want 1..65535"},
+		"imex cmd port too large":          {func(c *Config) { c.IMEX = IMEXConfig{NodeIP: "10.0.0.1", ServerPort: 50000, CmdPort: 70000} }, "--imex-cmd-port=70000"},
+		"imex ports equal":                 {func(c *Config) { c.IMEX = IMEXConfig{NodeIP: "10.0.0.1", ServerPort: 50000, CmdPort: 50000} }, "are both 50000"},
+		"imex poll negative":               {func(c *Config) { c.IMEX.PollPeriod = -time.Second }, "--imex-poll-period=-1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := &Config{NodeName: "n1", DriverName: vocabulary.DriverName}

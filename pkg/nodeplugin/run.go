@@ -117,6 +117,13 @@ func Run(ctx context.Context, cfg *Config) error {
 	if cfg.MetricsAddress != "" { // pods are looked up only for the container label
 		opts.Pods, opts.Claims = client.CoreV1(), client.ResourceV1()
 	}
+	channels, err := imexNode(ctx, cfg, hw, client)
+	if err != nil {
+		return err
+	}
+	if channels != nil { // a nil *imexdomain.Node in the interface would not be nil
+		opts.Channels = channels
+	}
 	drv, err := prepare.New(ctx, opts)
 	if err != nil {
 		return err
@@ -133,6 +140,15 @@ func Run(ctx context.Context, cfg *Config) error {
 	monitor, err := healthMonitor(ctx, cfg, hw, node.gpus, metrics)
 	if err != nil {
 		return err
+	}
+	if channels != nil {
+		// Before the kubelet's calls: the daemon the checkpoint's channels
+		// hold is adopted or restarted, one no claim holds stopped.
+		channels.SetClique(cliqueOf(ctx, node.gpus))
+		if err := channels.Recover(ctx, drv.HeldDomains()); err != nil {
+			return fmt.Errorf("recover IMEX daemons: %w", err)
+		}
+		mutators.Go(func() { channels.Run(ctx) })
 	}
 	drv.SetHealth(monitor)
 	drv.SetDevices(ctx, node.published)
@@ -179,6 +195,9 @@ func Run(ctx context.Context, cfg *Config) error {
 		reg := telemetry.NewRegistry(metrics, collector)
 		if stale != nil {
 			stale.Metrics().MustRegister(reg)
+		}
+		if channels != nil {
+			channels.Metrics().MustRegister(reg)
 		}
 		go serveMetrics(ctx, cfg, hw, reg, sec)
 	}

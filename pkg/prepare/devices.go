@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // prepareDevices does the device work of a claim recorded as
@@ -57,6 +58,9 @@ func (d *Engine) unprepareDevices(ctx context.Context, entry *checkpoint.Prepare
 
 // containerEdits is what a container gets for one prepared device.
 func (d *Engine) containerEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, error) {
+	if pd.Kind == vocabulary.KindIMEXChannel {
+		return d.channelEdits(pd)
+	}
 	pub, ok := d.devices[pd.Device]
 	if !ok && len(pd.DeviceNodes) == 0 {
 		return cdi.ClaimDevice{}, fmt.Errorf("device %s is no longer present on this node", pd.Device)

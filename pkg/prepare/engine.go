@@ -66,6 +66,9 @@ type Options struct {
 	// Passthrough binds GPUs to vfio-pci and back for passthrough
 	// devices (passthrough.Host); nil refuses them.
 	Passthrough Passthrough
+	// Channels serves the IMEX channels of compute domains; nil refuses
+	// them.
+	Channels Channels
 	// FaultHook, if set, is called with the name of each step between
 	// side effects of prepare and unprepare, so crash tests can kill the
 	// process at every point that matters.

@@ -41,7 +41,13 @@ func newTestDriverWith(t *testing.T, opts Options) *Engine {
 // started again with them finds the node as the previous one left it.
 func testOptions(t *testing.T, opts Options) (Options, *simnode.Node) {
 	t.Helper()
-	node := simnode.New(t, "dgxh100", "node-1")
+	return testOptionsOn(t, "dgxh100", opts)
+}
+
+// testOptionsOn is testOptions for a simulated machine of the given name.
+func testOptionsOn(t *testing.T, machine string, opts Options) (Options, *simnode.Node) {
+	t.Helper()
+	node := simnode.New(t, machine, "node-1")
 	root := t.TempDir()
 	driverRoot := filepath.Join(root, "driver")
 	if err := node.Machine.WriteDriverRoot(driverRoot); err != nil {

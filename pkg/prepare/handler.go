@@ -57,11 +57,12 @@ type kindHandler interface {
 // not listed here was written by a newer release and is left untouched
 // (foreignEntry).
 var kindHandlers = map[vocabulary.Kind]kindHandler{
-	vocabulary.KindGPU:       gpuHandler{},
-	vocabulary.KindMIG:       migHandler{},
-	vocabulary.KindTimeSlice: shareHandler{want: gpuv1beta1.TimeSlicingStrategy, manager: timeSliceManager{}},
-	vocabulary.KindMPS:       shareHandler{want: gpuv1beta1.MPSStrategy, manager: mpsManager{}},
-	vocabulary.KindVFIO:      vfioHandler{},
+	vocabulary.KindGPU:         gpuHandler{},
+	vocabulary.KindMIG:         migHandler{},
+	vocabulary.KindTimeSlice:   shareHandler{want: gpuv1beta1.TimeSlicingStrategy, manager: timeSliceManager{}},
+	vocabulary.KindMPS:         shareHandler{want: gpuv1beta1.MPSStrategy, manager: mpsManager{}},
+	vocabulary.KindVFIO:        vfioHandler{},
+	vocabulary.KindIMEXChannel: channelHandler{},
 }
 
 // knownKind reports whether this release knows how to prepare and undo a

@@ -151,21 +151,7 @@ func TestVFIOCrashConverges(t *testing.T) {
 			d := startTestDriver(t, opts, node)
 			device, bdf := vfioGPU(node, 5)
 			claim := allocated("vm", []string{device})
-			unprepareStep := strings.HasPrefix(point, "unprepare:")
-			if unprepareStep {
-				if err := prepareOne(t, d, claim); err != nil {
-					t.Fatal(err)
-				}
-			}
-			crashAt(t, point, func(h func(string)) {
-				hook = h
-				if unprepareStep {
-					_ = unprepareOne(t, d, claim)
-				} else {
-					_ = prepareOne(t, d, claim)
-				}
-			})
-			hook = nil
+			crashDuring(t, d, claim, point, func(h func(string)) { hook = h })
 
 			d = startTestDriver(t, opts, node)
 			prepared := d.PreparedClaims()

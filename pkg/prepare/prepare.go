@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // lockKey serializes work on one physical GPU; devices carved from the same
@@ -198,6 +199,16 @@ func (d *Engine) plan(claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDe
 		if r.Driver != d.opts.DriverName {
 			continue // another driver's device in the same claim
 		}
+		if clique, ok := vocabulary.ChannelPoolClique(r.Pool); ok {
+			pd, err := d.planChannel(claim, r, clique)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			planned = append(planned, pd)
+			inputs = append(inputs, shareInput{})
+			keys = append(keys, lockIMEX)
+			continue
+		}
 		if r.Pool != d.opts.PoolName {
 			return nil, nil, nil, fmt.Errorf("request %q: device %s is in pool %q, this node serves pool %q", r.Request, r.Device, r.Pool, d.opts.PoolName)
 		}
@@ -370,6 +381,10 @@ func cloneClaim(c *checkpoint.PreparedClaim) *checkpoint.PreparedClaim {
 		if pd.MIG != nil {
 			m := *pd.MIG
 			pd.MIG = &m
+		}
+		if pd.IMEXChannel != nil {
+			c := *pd.IMEXChannel
+			pd.IMEXChannel = &c
 		}
 		if pd.Sharing != nil {
 			s := *pd.Sharing

@@ -246,6 +246,12 @@ func rebuildFromSpecs(specs []cdi.ClaimSpecInfo) *checkpoint.Checkpoint {
 					pd.Sharing = &sh
 				}
 			}
+			if data, ok := dev.Annotations[annotationIMEXChannel]; ok {
+				var c checkpoint.IMEXChannel
+				if err := json.Unmarshal([]byte(data), &c); err == nil {
+					pd.IMEXChannel = &c
+				}
+			}
 			pd.GPUUUID = dev.Annotations[annotationGPU]
 			pd.AdminAccess = dev.Annotations[annotationAdminAccess] == "true"
 			pd.VFIOPCIBusID = dev.Annotations[annotationVFIO]

@@ -3,6 +3,7 @@ package prepare
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -35,6 +36,28 @@ func crashAt(t *testing.T, point string, f func(hook func(string))) {
 			panic(errCrash)
 		}
 	})
+}
+
+// crashDuring crashes d at point while it prepares claim, or, for an
+// unprepare point, while it unprepares claim prepared first; setHook
+// installs the crashing hook in d's FaultHook and is called with nil after.
+func crashDuring(t *testing.T, d *Engine, claim *resourceapi.ResourceClaim, point string, setHook func(func(string))) {
+	t.Helper()
+	unprepareStep := strings.HasPrefix(point, "unprepare:")
+	if unprepareStep {
+		if err := prepareOne(t, d, claim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashAt(t, point, func(h func(string)) {
+		setHook(h)
+		if unprepareStep {
+			_ = unprepareOne(t, d, claim)
+		} else {
+			_ = prepareOne(t, d, claim)
+		}
+	})
+	setHook(nil)
 }
 
 // firstDynamicMIG returns a dynamic MIG device of GPU gpu.

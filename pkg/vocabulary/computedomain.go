@@ -43,6 +43,10 @@ func ChannelPoolClique(pool string) (string, bool) {
 // ChannelDeviceName is the device name of channel n.
 func ChannelDeviceName(n int) string { return channelDevicePrefix + strconv.Itoa(n) }
 
+// ChannelDevNode is the device node of IMEX channel n, as the driver's
+// nvidia-caps-imex-channels device makes it.
+func ChannelDevNode(n int) string { return fmt.Sprintf("/dev/nvidia-caps-imex-channels/channel%d", n) }
+
 // ChannelNumber parses a channel device's name.
 func ChannelNumber(device string) (int, error) {
 	s, ok := strings.CutPrefix(device, channelDevicePrefix)

@@ -1,0 +1,208 @@
+package prepare
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/imexdomain"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
+)
+
+// fakeChannels stands for imexdomain.Node: its daemon and status entry
+// (joined) outlive an engine's crash, as the real ones do.
+type fakeChannels struct {
+	clique  string
+	domains map[string]types.UID // ComputeDomains in namespace ns, by name
+	mu      sync.Mutex
+	joined  map[types.UID][]string
+}
+
+func (f *fakeChannels) Clique() string { return f.clique }
+
+func (f *fakeChannels) DeviceNode(n int) (string, error) {
+	if n >= 64 {
+		return "", fmt.Errorf("IMEX channel %d: this node has no such channel", n)
+	}
+	return vocabulary.ChannelDevNode(n), nil
+}
+
+func (f *fakeChannels) Lookup(_ context.Context, namespace, name string) (types.UID, error) {
+	if uid, ok := f.domains[name]; ok && namespace == "ns" {
+		return uid, nil
+	}
+	return "", fmt.Errorf("ComputeDomain %s/%s: not found", namespace, name)
+}
+
+func (f *fakeChannels) Join(_ context.Context, d imexdomain.Domain, claim string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for uid := range f.joined {
+		if uid != d.UID {
+			return fmt.Errorf("this node serves compute domain %s", uid)
+		}
+	}
+	if !slices.Contains(f.joined[d.UID], claim) {
+		f.joined[d.UID] = append(f.joined[d.UID], claim)
+	}
+	return nil
+}
+
+func (f *fakeChannels) Leave(_ context.Context, d imexdomain.Domain, claim string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.joined[d.UID] = slices.DeleteFunc(f.joined[d.UID], func(c string) bool { return c == claim })
+	if len(f.joined[d.UID]) == 0 {
+		delete(f.joined, d.UID)
+	}
+	return nil
+}
+
+// recover is imex.Manager.Recover's effect: daemons no claim holds stop.
+func (f *fakeChannels) recover(held map[imexdomain.Domain][]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keep := map[types.UID][]string{}
+	for d, claims := range held {
+		keep[d.UID] = append(keep[d.UID], claims...)
+	}
+	f.joined = keep
+}
+
+func (f *fakeChannels) daemons() []types.UID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.joined))
+}
+
+const (
+	trayClique    = "sim-cluster.1"
+	channelConfig = `{"apiVersion":"gpu.dra.dev/v1beta1","kind":"ComputeDomainChannelConfig","domainName":"training"}`
+)
+
+func newChannels() *fakeChannels {
+	return &fakeChannels{clique: trayClique, domains: map[string]types.UID{"training": "training-uid"}, joined: map[types.UID][]string{}}
+}
+
+// channelClaimOf is a channel claim allocated from clique's pool.
+func channelClaimOf(name, clique, device string, configs ...resourceapi.DeviceAllocationConfiguration) *resourceapi.ResourceClaim {
+	claim := allocated(name, []string{device}, configs...)
+	claim.Status.Allocation.Devices.Results[0].Pool = vocabulary.ChannelPoolName(clique)
+	return claim
+}
+
+// A channel claim is prepared only on a node of its clique, for a channel
+// the node has, with a ComputeDomainChannelConfig naming a domain that
+// exists; other config kinds are refused for a channel, and the channel
+// config for a GPU.
+func TestPrepareChannelRefusals(t *testing.T) {
+	cfg := opaque(resourceapi.AllocationConfigSourceClaim, testDriver, channelConfig)
+	for _, tc := range []struct {
+		name     string
+		channels bool
+		claim    *resourceapi.ResourceClaim
+		want     string
+	}{
+		{"other clique", true, channelClaimOf("c", "other.2", "channel-1", cfg), "IMEX channel of NVLink clique other.2 (pool imex-channels.other.2), this node's clique is " + trayClique},
+		{"no daemons", false, channelClaimOf("c", trayClique, "channel-1", cfg), "this node's plugin runs no IMEX daemons"},
+		{"no config", true, channelClaimOf("c", trayClique, "channel-1"), "needs a ComputeDomainChannelConfig naming its ComputeDomain, the claim has no config"},
+		{"GPU config", true, channelClaimOf("c", trayClique, "channel-1", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, exclusive)), "the claim has a GpuConfig"},
+		{"unknown domain", true, channelClaimOf("c", trayClique, "channel-1", opaque(resourceapi.AllocationConfigSourceClaim, testDriver,
+			`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"ComputeDomainChannelConfig","domainName":"nope"}`)), "ComputeDomain ns/nope: not found"},
+		{"missing channel", true, channelClaimOf("c", trayClique, "channel-99", cfg), "IMEX channel 99: this node has no such channel"},
+		{"not a channel", true, channelClaimOf("c", trayClique, "gpu-0", cfg), `device "gpu-0" is not an IMEX channel`},
+		{"channel config on a GPU", true, allocated("g", []string{"gpu-0"}, cfg), "device gpu-0 is a whole GPU: a ComputeDomainChannelConfig does not apply to it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newChannels()
+			opts := Options{}
+			if tc.channels {
+				opts.Channels = f
+			}
+			d := newTestDriverWith(t, opts)
+			if err := prepareOne(t, d, tc.claim); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("prepare: %v, want an error containing %q", err, tc.want)
+			}
+			if got := d.PreparedClaims(); len(got) != 0 || len(f.daemons()) != 0 {
+				t.Errorf("a refused claim left claims %+v, daemons %v", got, f.daemons())
+			}
+		})
+	}
+}
+
+// A crash at any point of a channel's prepare or unprepare leaves no
+// daemon once the restarted plugin recovered and the kubelet unprepared
+// the claim; a claim prepared before the crash keeps its daemon.
+func TestChannelCrashConverges(t *testing.T) {
+	for _, point := range []string{FaultPrepareStarted, FaultPrepareIMEXDomainRecorded, FaultPrepareCDIWritten, FaultPrepareCompleted, FaultUnprepareStarted, FaultUnprepareCDIGone} {
+		t.Run(point, func(t *testing.T) {
+			var hook func(string)
+			f := newChannels()
+			opts, node := testOptionsOn(t, "gb200nvl72", Options{Channels: f, FaultHook: func(p string) {
+				if hook != nil {
+					hook(p)
+				}
+			}})
+			f.clique = node.GPUs[0].CliqueID
+			d := startTestDriver(t, opts, node)
+			claim := channelClaimOf("channel", f.clique, "channel-5", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, channelConfig))
+			crashDuring(t, d, claim, point, func(h func(string)) { hook = h })
+
+			d = startTestDriver(t, opts, node)
+			f.recover(d.HeldDomains())
+			if point == FaultPrepareCompleted {
+				prepared := d.PreparedClaims()
+				if len(prepared) != 1 || prepared[0].State != checkpoint.PrepareCompleted || !slices.Equal(f.daemons(), []types.UID{"training-uid"}) {
+					t.Fatalf("after a crash once completed: claims %+v, daemons %v; want the claim and its daemon kept", prepared, f.daemons())
+				}
+				if ch := prepared[0].Devices[0].IMEXChannel; ch == nil || ch.Channel != 5 || ch.DomainUID != "training-uid" || ch.DomainName != "training" {
+					t.Errorf("checkpoint record %+v, want channel 5 of training (training-uid)", ch)
+				}
+			}
+			if err := unprepareOne(t, d, claim); err != nil {
+				t.Fatal(err)
+			}
+			if got := d.PreparedClaims(); len(got) != 0 || len(f.daemons()) != 0 {
+				t.Errorf("claims %+v, daemons %v left", got, f.daemons())
+			}
+		})
+	}
+}
+
+// A lost checkpoint is rebuilt from the CDI spec with the channel's record:
+// the restart keeps the domain's daemon, and unprepare releases it.
+func TestChannelRebuiltFromSpec(t *testing.T) {
+	f := newChannels()
+	opts, node := testOptionsOn(t, "gb200nvl72", Options{Channels: f})
+	f.clique = node.GPUs[0].CliqueID
+	d := startTestDriver(t, opts, node)
+	claim := channelClaimOf("channel", f.clique, "channel-5", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, channelConfig))
+	if err := prepareOne(t, d, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(opts.CheckpointPath); err != nil {
+		t.Fatal(err)
+	}
+	d = startTestDriver(t, opts, node)
+	held := d.HeldDomains()
+	want := imexdomain.Domain{Namespace: "ns", Name: "training", UID: "training-uid", Channel: 5}
+	if !slices.Equal(held[want], []string{string(claim.UID)}) {
+		t.Fatalf("held domains after the rebuild %v, want %v held by %s", held, want, claim.UID)
+	}
+	f.recover(held)
+	if err := unprepareOne(t, d, claim); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.daemons(); len(got) != 0 {
+		t.Errorf("daemons %v left", got)
+	}
+}
