@@ -76,10 +76,13 @@ patched_source() {
 	rm -rf "$dir/src"
 	cp -r "$orig" "$dir/src"
 	chmod -R u+w "$dir/src"
+	# A repository of its own, so that git apply works relative to it (and git diff
+	# in src shows the change) wherever the cache lives.
+	git -C "$dir/src" init -q
 	local p
 	for p in "${patches[@]}"; do
 		gdd_log "applying $(basename "$p")"
-		(cd "$dir/src" && git apply --whitespace=nowarn "$p") || gdd_die "$(basename "$p") does not apply to $dra_module@$dra_version"
+		git -C "$dir/src" apply --whitespace=nowarn "$p" || gdd_die "$(basename "$p") does not apply to $dra_module@$dra_version"
 	done
 	touch "$dir/src/.patched"
 }
