@@ -79,6 +79,8 @@ patched_source() {
 	# A repository of its own, so that git apply works relative to it (and git diff
 	# in src shows the change) wherever the cache lives.
 	git -C "$dir/src" init -q
+	git -C "$dir/src" add -A
+	git -C "$dir/src" -c user.name=build.sh -c user.email=build.sh@localhost commit -qm "$dra_module $dra_version"
 	local p
 	for p in "${patches[@]}"; do
 		gdd_log "applying $(basename "$p")"
