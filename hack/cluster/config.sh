@@ -95,6 +95,10 @@ fi
 # Beta API versions are off by default: serve the Workload/PodGroup API.
 GDD_RUNTIME_CONFIG=${GDD_RUNTIME_CONFIG:-scheduling.k8s.io/v1beta1=true}
 
+# The kube-scheduler binary: the cached one, or the one in GDD_SCHEDULER_BIN_DIR
+# (a kube-scheduler built otherwise, e.g. by hack/upstream-allocator/build.sh).
+GDD_SCHEDULER=${GDD_SCHEDULER_BIN_DIR:-$GDD_BIN}/kube-scheduler
+
 # The control plane's components, in start order; each node adds its containerd
 # and kubelet.
 GDD_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)

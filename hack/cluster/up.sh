@@ -22,7 +22,9 @@
 #   GDD_SERVICE_CIDR (10.96.0.0/16), GDD_HOST_BRIDGE (gddnet0), GDD_CNI_BRIDGE
 #   (gddbr0, inside each node), GDD_SNAPSHOTTER
 #   (auto: overlayfs when it mounts here, else native), GDD_VERBOSITY (2),
-#   GDD_TIMEOUT (seconds per readiness wait, 180), GPU_DRA_CACHE (binary cache).
+#   GDD_TIMEOUT (seconds per readiness wait, 180), GPU_DRA_CACHE (binary cache),
+#   GDD_SCHEDULER_BIN_DIR (run the kube-scheduler of this directory instead of the
+#   cached one, e.g. hack/upstream-allocator/build.sh --print-bin-dir).
 #
 # On success it prints the admin kubeconfig path ($GDD_STATE_DIR/kubeconfig/admin.kubeconfig)
 # and writes $GDD_STATE_DIR/env, to be sourced: KUBECONFIG, PATH (kubectl, helm, ctr),
@@ -224,7 +226,7 @@ clientConnection:
 leaderElection:
   leaderElect: false
 EOF
-	start kube-scheduler "$GDD_BIN/kube-scheduler" --config="$S/kube-scheduler.yaml" \
+	start kube-scheduler "$GDD_SCHEDULER" --config="$S/kube-scheduler.yaml" \
 		--authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
 		--bind-address=127.0.0.1 --feature-gates="$GDD_FEATURE_GATES" --v="$GDD_VERBOSITY"
 }
@@ -276,6 +278,8 @@ main() {
 		containerd-shim-runc-v2 ctr; do
 		[[ -x $GDD_BIN/$b ]] || gdd_die "$GDD_BIN/$b missing; run hack/cluster/build.sh"
 	done
+	[[ -x $GDD_SCHEDULER ]] || gdd_die "$GDD_SCHEDULER missing (GDD_SCHEDULER_BIN_DIR=${GDD_SCHEDULER_BIN_DIR:-})"
+	[[ $GDD_SCHEDULER == "$GDD_BIN/kube-scheduler" ]] || gdd_log "kube-scheduler: $GDD_SCHEDULER"
 	check_previous
 	trap on_exit EXIT
 

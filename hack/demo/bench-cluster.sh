@@ -9,7 +9,10 @@
 # The scheduler under churn (issue #14; simulated nodes whose slices follow what is allocated
 # on them, pods/s and kube-scheduler CPU per pod, full model ÷ whole GPUs only):
 #   hack/demo/bench-cluster.sh -skip-latency -skip-throughput -churn-nodes 100 [-profile /tmp/sched.pprof]
-# Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0).
+# With the patched kube-scheduler of docs/upstream-allocator.md (hack/upstream-allocator/build.sh):
+#   GDD_SCHEDULER_BIN_DIR=$(hack/upstream-allocator/build.sh --print-bin-dir) hack/demo/bench-cluster.sh ...
+# Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0);
+# GDD_SCHEDULER_BIN_DIR (the directory of the kube-scheduler to run, hack/cluster/up.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
@@ -19,5 +22,6 @@ go build -o bin/bench ./hack/demo/bench
 [[ ${KEEP:-} == 1 ]] || trap demo_down EXIT
 # shellcheck disable=SC2119 # no extra helm arguments
 demo_up
+echo "kube-scheduler: $(readlink "/proc/$(cat "$GDD_STATE_DIR/pids/kube-scheduler.pid")/exe")"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg), Kubernetes $(kubectl version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
 ./bin/bench -plugin bin/dra-kubelet-plugin -scheduler-pid "$(cat "$GDD_STATE_DIR/pids/kube-scheduler.pid")" "$@"
