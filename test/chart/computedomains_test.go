@@ -37,7 +37,7 @@ func TestComputeDomainsRenders(t *testing.T) {
 			want: []string{"--imex-channels-per-clique=128", "--compute-domain-prune-grace-period=1m"},
 		},
 		"off": {
-			args:    []string{"--set", "controller.computeDomains.enabled=false"},
+			args:    []string{"--set", "controller.computeDomains.enabled=false,kubeletPlugin.imex.enabled=false"},
 			want:    []string{"--compute-domains=false"},
 			notWant: []string{"computedomains", "resources: [resourceclaims]\n  verbs: [get, list, watch, create]", "controller-resourceslices"},
 		},
