@@ -93,7 +93,8 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 	withController, withHealth := run == "" || matchesAny("controller", run), run == "" || matchesAny("health", run)
 	withKueue := (run == "" && opts.kueueDir != "") || (run != "" && matchesAny("kueue", run))
 	withVolcano := opts.volcano && (run == "" || matchesAny("volcano", run))
-	if len(selected) == 0 && !withController && !withHealth && !withKueue && !withVolcano {
+	withComputeDomain := opts.volcano && (run == "" || matchesAny("compute-domain", run))
+	if len(selected) == 0 && !withController && !withHealth && !withKueue && !withVolcano && !withComputeDomain {
 		return fmt.Errorf("no scenario matches -run=%s", run)
 	}
 	cluster, err := scenarios.Connect(kubeconfig)
@@ -170,6 +171,9 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 
 	if withVolcano {
 		results = append(results, volcanoPart(ctx, r, opts))
+	}
+	if withComputeDomain {
+		results = append(results, computeDomainPart(ctx, r, opts))
 	}
 	if withKueue {
 		results = append(results, kueuePart(ctx, r, opts))

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
@@ -32,18 +30,7 @@ func volcanoPart(ctx context.Context, r *scenarios.Runner, opts options) (res ou
 		res.title += " (skipped)"
 		return res
 	}
-	data, err := os.ReadFile(volcanoJobFile)
-	if err == nil {
-		var objs []*unstructured.Unstructured
-		objs, err = scenarios.DecodeObjects(data)
-		for _, o := range objs {
-			if err != nil {
-				break
-			}
-			err = r.Cluster.Apply(ctx, o)
-		}
-	}
-	if err != nil {
+	if err := applyFile(ctx, r, volcanoJobFile); err != nil {
 		res.err = err
 		return res
 	}
@@ -55,7 +42,7 @@ func volcanoPart(ctx context.Context, r *scenarios.Runner, opts options) (res ou
 	}()
 	fmt.Printf("  kubectl apply -f %s (schedulerName: volcano, limits nvidia.com/gpu: 2, no ResourceClaim)\n", volcanoJobFile)
 	var pods []corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, time.Second, r.Timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, r.Timeout, true, func(ctx context.Context) (bool, error) {
 		list, err := r.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "volcano.sh/job-name=" + job})
 		if err != nil {
 			return false, nil
