@@ -74,6 +74,18 @@ func scrape(t *testing.T, addr string) string {
 	return string(body)
 }
 
+// tryScrape is scrape for a plugin that may not listen yet (just restarted):
+// "" until it answers.
+func tryScrape(addr string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
 func injectEvent(t *testing.T, addr, query string) {
 	t.Helper()
 	resp, err := http.Post("http://"+addr+"/simulate/event?"+query, "", nil)
@@ -185,7 +197,7 @@ func TestHealthTaintsAndReports(t *testing.T) {
 	// The kubelet does not prepare the running pod's claim again: the
 	// restarted plugin finds its pod and container by itself.
 	eventually(t, 10*time.Second, "container label in /metrics after restart", func() bool {
-		return strings.Contains(scrape(t, cfg.MetricsAddress), `container="trainer"`)
+		return strings.Contains(tryScrape(cfg.MetricsAddress), `container="trainer"`)
 	})
 	// Past the window and a poll (5s), and after a GPU reset and another
 	// poll, the GPU is still tainted: only a reboot ends what NVML asks for.
