@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
@@ -22,16 +21,14 @@ import (
 // computeDomainFile is the demo's multi-node NVLink job.
 const computeDomainFile = "demo/computedomain/training.yaml"
 
-var volcanoJobResource = schema.GroupVersionResource{Group: "batch.volcano.sh", Version: "v1alpha1", Resource: "jobs"}
-
-// computeDomainPart runs a ComputeDomain's Volcano gang Job over the GB200
-// trays (hack/demo/lib.sh): both workers land in one NVLink clique, share
-// one IMEX channel, and the domain turns Ready when their trays' IMEX daemons
-// are connected; when the Job goes, so does the AfterLastPod domain. It is
-// skipped, saying why, without Volcano or without a clique of two trays.
-func computeDomainPart(ctx context.Context, r *scenarios.Runner, opts options) (res outcome) {
+// computeDomainPart runs a ComputeDomain's two workers over the GB200 trays
+// (hack/demo/lib.sh): both land in one NVLink clique, share one IMEX channel,
+// and the domain turns Ready when their trays' IMEX daemons are connected;
+// when the workers go, so does the AfterLastPod domain. It is skipped, saying
+// why, without a clique of two trays.
+func computeDomainPart(ctx context.Context, r *scenarios.Runner) (res outcome) {
 	start := time.Now()
-	res = outcome{name: "compute-domain", title: "compute-domain: a gang Job over two NVL72 trays of one clique, one IMEX channel, daemons connected"}
+	res = outcome{name: "compute-domain", title: "compute-domain: two workers over two NVL72 trays of one clique, one IMEX channel, daemons connected"}
 	defer func() { res.took = time.Since(start) }()
 	fmt.Printf("\n=== %s\n", res.title)
 	cliques, err := trayCliques(ctx, r)
@@ -39,35 +36,42 @@ func computeDomainPart(ctx context.Context, r *scenarios.Runner, opts options) (
 		res.err = err
 		return res
 	}
-	skip := opts.volcanoSkip
-	if skip == "" && !hasCliqueOf(cliques, 2) {
-		skip = fmt.Sprintf("no NVLink clique of two trays (nodes labelled %s: %v; make demo starts them, GDD_NODES=6)", vocabulary.LabelClique, cliques)
-	}
-	if skip != "" {
-		fmt.Printf("  skipped: %s\n", skip)
+	rack := cliqueOf2(cliques)
+	if rack == "" {
+		fmt.Printf("  skipped: no NVLink clique of two trays (nodes labelled %s: %v; make demo starts them, GDD_NODES=6)\n", vocabulary.LabelClique, cliques)
 		res.title += " (skipped)"
 		return res
 	}
 	for c, nodes := range cliques {
 		fmt.Printf("  clique %s: %s\n", c, strings.Join(nodes, ", "))
 	}
-	if res.err = applyFile(ctx, r, computeDomainFile); res.err != nil {
+	// The demo cordons all nodes but the first outside the fleet parts.
+	if res.err = r.SetUnschedulable(ctx, false, cliques[rack]...); res.err != nil {
 		return res
 	}
-	const ns, job, domain = "demo-compute-domain", "train", "train"
+	defer func() {
+		if err := r.SetUnschedulable(context.WithoutCancel(ctx), true, cliques[rack]...); err != nil && res.err == nil {
+			res.err = err
+		}
+	}()
+	if res.err = applyFile(ctx, r, computeDomainFile, "CLIQUE", rack); res.err != nil {
+		return res
+	}
+	const ns, domain = "demo-compute-domain", "train"
 	defer func() {
 		if err := r.DeleteNamespaces(context.WithoutCancel(ctx), ns); err != nil && res.err == nil {
 			res.err = err
 		}
 	}()
-	fmt.Printf("  kubectl apply -f %s (ComputeDomain %s, Volcano Job %s: 2 workers x 4 GPUs + the domain's channel, networkTopology hard tier 1)\n", computeDomainFile, domain, job)
+	fmt.Printf("  kubectl apply -f %s (ComputeDomain %s; 2 workers x 4 GPUs + the domain's channel, in clique %s)\n", computeDomainFile, domain, rack)
 
 	var cd *gpuv1beta1.ComputeDomain
 	err = wait.PollUntilContextTimeout(ctx, time.Second, r.Timeout, true, func(ctx context.Context) (bool, error) {
-		cd, err = getComputeDomain(ctx, r, ns, domain)
+		got, err := getComputeDomain(ctx, r, ns, domain)
 		if err != nil {
 			return false, nil
 		}
+		cd = got
 		connected := 0
 		for _, n := range cd.Status.Nodes {
 			if n.Daemon.State == gpuv1beta1.DaemonConnected {
@@ -80,7 +84,7 @@ func computeDomainPart(ctx context.Context, r *scenarios.Runner, opts options) (
 		res.err = fmt.Errorf("ComputeDomain %s not Ready on two nodes: status %+v: %w", domain, cd, err)
 		return res
 	}
-	pods, err := r.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "volcano.sh/job-name=" + job})
+	pods, err := r.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=train"})
 	if err != nil {
 		res.err = err
 		return res
@@ -103,8 +107,8 @@ func computeDomainPart(ctx context.Context, r *scenarios.Runner, opts options) (
 		}
 	}
 
-	// The Job ends: the AfterLastPod domain and its channel claim follow.
-	if err := r.Cluster.Dynamic.Resource(volcanoJobResource).Namespace(ns).Delete(ctx, job, metav1.DeleteOptions{}); err != nil {
+	// The workers end: the AfterLastPod domain and its channel claim follow.
+	if err := r.Cluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app=train"}); err != nil {
 		res.err = err
 		return res
 	}
@@ -113,10 +117,10 @@ func computeDomainPart(ctx context.Context, r *scenarios.Runner, opts options) (
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		res.err = fmt.Errorf("AfterLastPod domain %s still there after its Job was deleted: %w", domain, err)
+		res.err = fmt.Errorf("AfterLastPod domain %s still there after its workers were deleted: %w", domain, err)
 		return res
 	}
-	fmt.Printf("  Job deleted: the domain's daemons stopped and the AfterLastPod domain is gone\n")
+	fmt.Printf("  workers deleted: the domain's daemons stopped and the AfterLastPod domain is gone\n")
 	return res
 }
 
@@ -134,13 +138,14 @@ func trayCliques(ctx context.Context, r *scenarios.Runner) (map[string][]string,
 	return out, nil
 }
 
-func hasCliqueOf(cliques map[string][]string, n int) bool {
-	for _, nodes := range cliques {
-		if len(nodes) >= n {
-			return true
+// cliqueOf2 returns a clique of two or more nodes, "" if there is none.
+func cliqueOf2(cliques map[string][]string) string {
+	for c, nodes := range cliques {
+		if len(nodes) >= 2 {
+			return c
 		}
 	}
-	return false
+	return ""
 }
 
 func cliqueOf(cliques map[string][]string, node string) string {
@@ -187,12 +192,14 @@ func indent(s string) string {
 	return b.String()
 }
 
-// applyFile applies every object of a YAML file.
-func applyFile(ctx context.Context, r *scenarios.Runner, path string) error {
+// applyFile applies every object of a YAML file, with each old string of
+// replace (old, new pairs) replaced first.
+func applyFile(ctx context.Context, r *scenarios.Runner, path string, replace ...string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
+	data = []byte(strings.NewReplacer(replace...).Replace(string(data)))
 	objs, err := scenarios.DecodeObjects(data)
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 	withController, withHealth := run == "" || matchesAny("controller", run), run == "" || matchesAny("health", run)
 	withKueue := (run == "" && opts.kueueDir != "") || (run != "" && matchesAny("kueue", run))
 	withVolcano := opts.volcano && (run == "" || matchesAny("volcano", run))
-	withComputeDomain := opts.volcano && (run == "" || matchesAny("compute-domain", run))
+	withComputeDomain := run == "" || matchesAny("compute-domain", run)
 	if len(selected) == 0 && !withController && !withHealth && !withKueue && !withVolcano && !withComputeDomain {
 		return fmt.Errorf("no scenario matches -run=%s", run)
 	}
@@ -173,7 +173,7 @@ func demo(ctx context.Context, specs, kubeconfig, driver, run string, keepLast b
 		results = append(results, volcanoPart(ctx, r, opts))
 	}
 	if withComputeDomain {
-		results = append(results, computeDomainPart(ctx, r, opts))
+		results = append(results, computeDomainPart(ctx, r))
 	}
 	if withKueue {
 		results = append(results, kueuePart(ctx, r, opts))
