@@ -94,18 +94,24 @@ func TestPolicyBoundToPluginServiceAccount(t *testing.T) {
 	vaps, err := env.cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + env.release,
 	})
-	// The slice writes, the MPS daemon pods and the heartbeat Leases.
-	if err != nil || len(vaps.Items) != 3 {
-		t.Fatalf("want the three ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
+	// The plugin's slice writes, MPS daemon pods and heartbeat Leases, and
+	// the controller's channel slice writes.
+	if err != nil || len(vaps.Items) != 4 {
+		t.Fatalf("want the four ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
 	}
-	user := "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName
+	plugin := "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName
+	controller := "system:serviceaccount:" + env.namespace + ":" + controllerDeployment(t, ctx).Spec.Template.Spec.ServiceAccountName
 	for _, vap := range vaps.Items {
+		user := plugin
+		if strings.HasSuffix(vap.Name, "-controller-resourceslices") {
+			user = controller
+		}
 		found := false
 		for _, mc := range vap.Spec.MatchConditions {
 			found = found || strings.Contains(mc.Expression, `"`+user+`"`)
 		}
 		if !found {
-			t.Errorf("policy %s does not match the plugin's user %s: %+v", vap.Name, user, vap.Spec.MatchConditions)
+			t.Errorf("policy %s does not match the user %s: %+v", vap.Name, user, vap.Spec.MatchConditions)
 		}
 		if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
 			t.Errorf("policy %s type checking warnings: %+v", vap.Name, tc.ExpressionWarnings)
