@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,6 +53,17 @@ func TestNVIDIAQuickstart(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		// dra-controller published the IMEX channel pools under the
+		// profile's name; switched back, it no longer owns them, and no
+		// kubelet does (they have no node): the operator deletes them, as
+		// docs/migration.md says.
+		for _, s := range driverSlices(t, ctx, nv, "") {
+			if _, ok := vocabulary.ChannelPoolClique(s.Spec.Pool.Name); ok && s.Spec.NodeName == nil {
+				if err := env.cluster.Client.ResourceV1().ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("delete channel slice %s of %s: %v", s.Name, nv, err)
+				}
+			}
+		}
 		if err := poll(ctx, func(ctx context.Context) (bool, error) {
 			// The kubelet deletes the slices of the unregistered driver name
 			// gpu.nvidia.com about 30s after; TestCoexistenceNVIDIADRADriver
