@@ -123,16 +123,13 @@ func imexNode(ctx context.Context, cfg *Config, hw *hardware, client kubernetes.
 // cliqueOf is the NVLink clique of the node's GPUs, "" when they have none
 // or more than one.
 func cliqueOf(ctx context.Context, gpus []discovery.GPU) string {
-	clique := ""
-	for _, g := range gpus {
-		switch {
-		case g.CliqueID == "":
-		case clique == "":
-			clique = g.CliqueID
-		case clique != g.CliqueID:
-			klog.FromContext(ctx).Info("The node's GPUs are in more than one NVLink clique; it serves no compute domain", "cliques", []string{clique, g.CliqueID})
-			return ""
-		}
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = g.CliqueID
+	}
+	clique, ok := vocabulary.CommonClique(ids...)
+	if !ok {
+		klog.FromContext(ctx).Info("The node's GPUs are in more than one NVLink clique; it serves no compute domain", "cliques", ids)
 	}
 	return clique
 }

@@ -56,3 +56,20 @@ func ChannelNumber(device string) (int, error) {
 	}
 	return n, nil
 }
+
+// CommonClique is the clique that the non-empty cliqueIDs of a node's GPUs
+// agree on: "" and true when none has one, "" and false when they disagree
+// (such a node belongs to no clique).
+func CommonClique(ids ...string) (string, bool) {
+	clique := ""
+	for _, id := range ids {
+		switch {
+		case id == "":
+		case clique == "":
+			clique = id
+		case clique != id:
+			return "", false
+		}
+	}
+	return clique, true
+}

@@ -168,16 +168,11 @@ func Labels(driverName string, slices []*resourceapi.ResourceSlice) map[string]s
 // agree on; "" when none has one or they disagree (a node whose GPUs are in
 // two cliques belongs to neither clique's channel pool).
 func nodeClique(gpus []*gpu) string {
-	clique := ""
-	for _, g := range gpus {
-		switch {
-		case g.cliqueID == "":
-		case clique == "":
-			clique = g.cliqueID
-		case clique != g.cliqueID:
-			return ""
-		}
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = g.cliqueID
 	}
+	clique, _ := vocabulary.CommonClique(ids...)
 	return clique
 }
 
