@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,16 +21,44 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/clusternodes"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // model is a device policy the simulated nodes publish ("" is the default:
-// the full model).
-type model struct{ name, policy string }
+// the full model) and the reserve policy they run (the plugin prints the
+// full model; the reserve policy hides part of it as the node publishes).
+type model struct {
+	name, policy string
+	reserve      devicemodel.ReservePolicy
+}
+
+// baseline is the model the others are compared with.
+const baseline = "whole-gpu"
 
 var models = []model{
-	{"full", ""},
-	{"whole-gpu", "default: {mig: \"off\", timeSlicing: {enabled: false}, mps: {enabled: false}}\n"},
+	{name: baseline, policy: "default: {mig: \"off\", timeSlicing: {enabled: false}, mps: {enabled: false}}\n"},
+	{name: "full"},
+	{name: "reserve-k1", reserve: devicemodel.ReservePolicy{SpareGPUs: 1}},
+}
+
+// churnModels picks the models -churn-models names, the baseline first.
+func churnModels(names string) ([]model, error) {
+	out := []model{models[0]}
+	for name := range strings.SplitSeq(names, ",") {
+		i := slices.IndexFunc(models, func(m model) bool { return m.name == name })
+		switch {
+		case name == baseline:
+		case i < 0:
+			return nil, fmt.Errorf("-churn-models: unknown model %q (have whole-gpu, full, reserve-k1)", name)
+		default:
+			out = append(out, models[i])
+		}
+	}
+	if len(out) < 2 {
+		return nil, fmt.Errorf("-churn-models %q: name a model besides %s", names, baseline)
+	}
+	return out, nil
 }
 
 // phase is what one stretch of scheduling cost: pods bound, wall time,
@@ -77,9 +107,13 @@ func (b *bench) churn(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	turns, err := churnModels(cfg.churnModels)
+	if err != nil {
+		return err
+	}
 	printed := map[string]func(string) []*resourceapi.ResourceSlice{}
 	devices := map[string]int{}
-	for _, m := range models {
+	for _, m := range turns {
 		slices, err := clusternodes.PrintSlices(ctx, cfg.plugin, cfg.machine, m.policy)
 		if err != nil {
 			return err
@@ -89,17 +123,16 @@ func (b *bench) churn(ctx context.Context, cfg config) error {
 			devices[m.name] += len(s.Spec.Devices)
 		}
 	}
-	gpus := devices["whole-gpu"] // one device per GPU
+	gpus := devices[baseline] // one device per GPU
 	target := int(cfg.fill * float64(gpus*cfg.churnNodes))
 	fmt.Printf("\nscheduler under churn: %d simulated %s nodes per model (slices follow what is allocated on them), one-GPU pods until %d of %d GPUs are taken, then %d deleted and replaced (at most %d waiting)\n",
 		cfg.churnNodes, cfg.machine, target, gpus*cfg.churnNodes, cfg.churnPods, cfg.backlog)
-	fmt.Printf("  devices per node: full %d, whole-gpu %d; kube-scheduler pid %d\n", devices["full"], devices["whole-gpu"], cfg.schedulerPID)
+	fmt.Printf("  devices per node (the model in full; the reserve policy publishes fewer): %v; kube-scheduler pid %d\n", devices, cfg.schedulerPID)
 	totals := map[string][2]phase{}
 	for round := range cfg.churnRounds {
-		order := []model{models[1], models[0]}
-		if round%2 == 1 {
-			order = []model{models[0], models[1]}
-		}
+		// Each round starts with another model, so no model always
+		// follows the same one (and pays for its garbage).
+		order := append(slices.Clone(turns[round%len(turns):]), turns[:round%len(turns)]...)
 		for _, m := range order {
 			profile := ""
 			if m.name == "full" && round == cfg.churnRounds-1 {
@@ -109,18 +142,21 @@ func (b *bench) churn(ctx context.Context, cfg config) error {
 			if err != nil {
 				return fmt.Errorf("model %s: %w", m.name, err)
 			}
-			fmt.Printf("  round %d %-9s fill : %s\n", round+1, m.name, fill)
-			fmt.Printf("  round %d %-9s churn: %s\n", round+1, m.name, churn)
+			fmt.Printf("  round %d %-10s fill : %s\n", round+1, m.name, fill)
+			fmt.Printf("  round %d %-10s churn: %s\n", round+1, m.name, churn)
 			t := totals[m.name]
 			totals[m.name] = [2]phase{t[0].add(fill), t[1].add(churn)}
 		}
 	}
-	full, whole := totals["full"], totals["whole-gpu"]
-	for i, what := range []string{"fill", "churn"} {
-		fmt.Printf("  all rounds, %-5s: full ÷ whole-gpu: pods/s %.2f× (goal ≥ 0.8×), scheduler CPU per pod %.2f× (goal ≤ 1.5×); full %.1f pods/s %.1f ms/pod, whole-gpu %.1f pods/s %.1f ms/pod\n",
-			what, full[i].podsPerSecond()/whole[i].podsPerSecond(), float64(full[i].cpuPerPod())/float64(whole[i].cpuPerPod()),
-			full[i].podsPerSecond(), float64(full[i].cpuPerPod().Microseconds())/1000,
-			whole[i].podsPerSecond(), float64(whole[i].cpuPerPod().Microseconds())/1000)
+	base := totals[baseline]
+	for _, m := range turns[1:] {
+		got := totals[m.name]
+		for i, what := range []string{"fill", "churn"} {
+			fmt.Printf("  all rounds, %-5s: %s ÷ %s: pods/s %.2f× (goal ≥ 0.8×), scheduler CPU per pod %.2f× (goal ≤ 1.5×); %s %.1f pods/s %.1f ms/pod, %s %.1f pods/s %.1f ms/pod\n",
+				what, m.name, baseline, got[i].podsPerSecond()/base[i].podsPerSecond(), float64(got[i].cpuPerPod())/float64(base[i].cpuPerPod()),
+				m.name, got[i].podsPerSecond(), float64(got[i].cpuPerPod().Microseconds())/1000,
+				baseline, base[i].podsPerSecond(), float64(base[i].cpuPerPod().Microseconds())/1000)
+		}
 	}
 	return nil
 }
@@ -149,7 +185,7 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 	}
 	stopLeases := clusternodes.RenewLeases(ctx, b.client, names)
 	defer stopLeases()
-	followers, err := clusternodes.Follow(ctx, b.client, vocabulary.DriverName, resources)
+	followers, err := clusternodes.Follow(ctx, b.client, vocabulary.DriverName, resources, m.reserve)
 	if err != nil {
 		return phase{}, phase{}, err
 	}
@@ -178,7 +214,7 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 	filled := sched.sample(ctx, followers)
 	fill := filled.since(start, target)
 	stored, byHeld := followers.Stored()
-	fmt.Printf("  round %d %-9s filled: %d devices published on %d nodes; nodes by devices allocated on them: %v\n",
+	fmt.Printf("  round %d %-10s filled: %d devices published on %d nodes; nodes by devices allocated on them: %v\n",
 		round+1, m.name, stored, len(names), byHeld)
 
 	var profiled <-chan error

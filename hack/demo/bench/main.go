@@ -11,9 +11,9 @@
 //     nodes publishing whole GPUs only; time from the first create to the last bind;
 //   - scheduler under churn (-churn-nodes): per model, simulated nodes whose slices follow
 //     what is allocated on them (clusternodes.Follow: the plugin's publication path, with
-//     withdrawal), one-GPU pods until the GPUs are -fill taken, then pods deleted and
-//     replaced; pods/s and kube-scheduler CPU per pod (/proc/<pid>/stat), full model ÷
-//     whole-GPU-only model (churn.go).
+//     withdrawal, and the reserve policy for reserve-k1), one-GPU pods until the GPUs are
+//     -fill taken, then pods deleted and replaced; pods/s and kube-scheduler CPU per pod
+//     (/proc/<pid>/stat), each -churn-models model ÷ the whole-GPU-only model (churn.go).
 //
 // Nodes without a kubelet never run the pods: throughput measures scheduling
 // (allocation and binding) only.
@@ -59,6 +59,7 @@ type config struct {
 	rounds          int
 
 	churnNodes, churnPods, churnRounds, backlog int
+	churnModels                                 string
 	fill                                        float64
 	schedulerPID                                int
 	schedulerURL, profile                       string
@@ -80,6 +81,7 @@ func main() {
 	flag.Float64Var(&cfg.fill, "fill", 0.75, "Share of the churn nodes' GPUs that pods take before the churn.")
 	flag.IntVar(&cfg.churnPods, "churn-pods", 400, "Pods deleted and replaced per model and round once filled.")
 	flag.IntVar(&cfg.churnRounds, "churn-rounds", 2, "Churn rounds; each runs both models, alternating which goes first.")
+	flag.StringVar(&cfg.churnModels, "churn-models", "full,reserve-k1", "Models compared with whole-gpu under churn: full (the default policy), reserve-k1 (the default policy with reserve: {spareGPUs: 1}).")
 	flag.IntVar(&cfg.backlog, "backlog", 50, "Most pods waiting to be bound during the churn.")
 	flag.IntVar(&cfg.schedulerPID, "scheduler-pid", 0, "PID of kube-scheduler, whose CPU the churn measures.")
 	flag.StringVar(&cfg.schedulerURL, "scheduler-url", "https://127.0.0.1:10259", "kube-scheduler's secure port, for its metrics and CPU profile.")

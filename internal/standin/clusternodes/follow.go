@@ -15,8 +15,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/health"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/publisher"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/reserve"
 )
 
 // Resources turns the slices PrintSlices gives for one node back into what
@@ -41,7 +43,10 @@ func Resources(slices []*resourceapi.ResourceSlice) (resourceslice.DriverResourc
 // what it has prepared follows the claims allocated to it, as its kubelet
 // and plugin would prepare them: a claim allocated devices of the node's
 // pool is prepared there, and unprepared once it is deallocated or
-// deleted. The pods themselves never run.
+// deleted. The pods themselves never run. With a reserve policy each node
+// also runs it (pkg/reserve) as the plugin does when its device policy
+// enables it; what the node has prepared is what is allocated on it, so
+// the tracker follows the prepares alone.
 type Followers struct {
 	driver string
 	cancel context.CancelFunc
@@ -65,10 +70,11 @@ type followed struct {
 }
 
 // Follow starts publishing resources (node name -> the node's resources,
-// one pool named after the node) for nodes that exist, with driver's
-// devices withdrawn as the claims allocated on them are prepared. Stop
-// ends it; the slices stay.
-func Follow(ctx context.Context, client kubernetes.Interface, driver string, resources map[string]resourceslice.DriverResources) (*Followers, error) {
+// one pool named after the node, the full model) for nodes that exist,
+// with driver's devices withdrawn as the claims allocated on them are
+// prepared, and what policy does not publish hidden when it is enabled.
+// Stop ends it; the slices stay.
+func Follow(ctx context.Context, client kubernetes.Interface, driver string, resources map[string]resourceslice.DriverResources, policy devicemodel.ReservePolicy) (*Followers, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &Followers{driver: driver, cancel: cancel, held: map[types.UID]map[string][]string{}, nodes: map[string]*followed{}}
 	for node, res := range resources {
@@ -97,12 +103,22 @@ func Follow(ctx context.Context, client kubernetes.Interface, driver string, res
 	}
 	for node, res := range resources {
 		n := f.nodes[node]
+		var hide publisher.Reserve
+		if policy.Enabled() {
+			tracker, err := reserve.New(ctx, reserve.Options{Policy: policy})
+			if err != nil {
+				cancel()
+				f.wg.Wait()
+				return nil, fmt.Errorf("reserve policy of node %s: %w", node, err)
+			}
+			hide = tracker
+		}
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
 			publisher.Run(ctx, publisher.Options{
 				Target: &sliceTarget{ctx: ctx, client: client, n: n}, Health: healthy{}, Resources: res,
-				Pool: node, Prepared: n, Stored: n.stored,
+				Pool: node, Prepared: n, Stored: n.stored, Reserve: hide,
 				Devices: func() []health.Device { return nil }, Policy: health.DefaultTaintPolicy(driver),
 			})
 			if n.controller != nil {

@@ -2,6 +2,7 @@ package clusternodes
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/devicemodel"
 )
 
 // TestFollow: a followed node publishes the printed slices; a claim
@@ -39,7 +41,7 @@ func TestFollow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := apiserver.NodeClient(node)
-	f, err := Follow(ctx, client, "gpu.dra.dev", map[string]resourceslice.DriverResources{node: res})
+	f, err := Follow(ctx, client, "gpu.dra.dev", map[string]resourceslice.DriverResources{node: res}, devicemodel.ReservePolicy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,4 +125,96 @@ func TestFollow(t *testing.T) {
 	if f.Publications() < 4 {
 		t.Errorf("%d publications after the first, want at least one per change (4)", f.Publications())
 	}
+}
+
+// TestFollowReserve: with the reserve policy (K=1, hold 1 s) a followed
+// node publishes everything until the hold after its first publication,
+// then its whole GPUs and only the spare's MIG placements and shares; a
+// claim on the spare moves the spare to the next free GPU, as the
+// plugin's tracker does.
+func TestFollowReserve(t *testing.T) {
+	const node = "node-1"
+	data, err := os.ReadFile("../../../pkg/nodeplugin/testdata/slices/dgxh100.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed, err := parseSlices(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Resources(printed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := apiserver.NodeClient(node)
+	f, err := Follow(ctx, client, "gpu.dra.dev", map[string]resourceslice.DriverResources{node: res},
+		devicemodel.ReservePolicy{SpareGPUs: 1, HoldSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	carved := func(names []string, gpu string) (n int) {
+		for _, name := range names {
+			if strings.HasPrefix(name, gpu+"-") {
+				n++
+			}
+		}
+		return n
+	}
+	stored := func() []string {
+		var names []string
+		for _, s := range f.nodes[node].stored.Slices(node) {
+			for _, d := range s.Spec.Devices {
+				names = append(names, d.Name)
+			}
+		}
+		return names
+	}
+	waitFor := func(what string, ok func(names []string) bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return f.Published() && ok(stored()), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: stored devices %v", what, stored())
+		}
+	}
+	var all []string
+	for _, s := range printed {
+		for _, d := range s.Spec.Devices {
+			all = append(all, d.Name)
+		}
+	}
+	onlySpare := func(spare string) func([]string) bool {
+		return func(names []string) bool {
+			for g := range 8 {
+				gpu := fmt.Sprintf("gpu-%d", g)
+				if !slices.Contains(names, gpu) {
+					return false // a whole GPU is always published
+				}
+				want := 0
+				if gpu == spare {
+					want = carved(all, gpu)
+				}
+				if carved(names, gpu) != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor("hold after the first publication ended", onlySpare("gpu-0"))
+
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "ns", UID: "uid-mine"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.dra.dev", Pool: node, Device: "gpu-0"}},
+		}}},
+	}
+	if _, err := client.ResourceV1().ResourceClaims("ns").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("spare moved to gpu-1 once gpu-0 is held", onlySpare("gpu-1"))
 }
