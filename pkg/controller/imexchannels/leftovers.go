@@ -68,8 +68,10 @@ func (c *Controller) removeLeftovers(ctx context.Context) error {
 	if other == "" {
 		return nil
 	}
+	// Slices without a node only, as the slice controller lists its pools:
+	// not the nodes' slices of that name (NVIDIA's driver may have many).
 	list, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, other).String(),
+		FieldSelector: fields.Set{resourceapi.ResourceSliceSelectorDriver: other, resourceapi.ResourceSliceSelectorNodeName: ""}.String(),
 	})
 	if err != nil {
 		return fmt.Errorf("list ResourceSlices of driver %s: %w", other, err)
@@ -77,7 +79,7 @@ func (c *Controller) removeLeftovers(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		s := &list.Items[i]
-		if !leftover(s, other) { // the field selector is a filter a fake may not apply
+		if !leftover(s, other) { // the field selector does not say whose it is
 			continue
 		}
 		err := c.client.ResourceV1().ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{
