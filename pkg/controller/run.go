@@ -41,10 +41,12 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodelabels"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/nodeoutage"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/controller/webhook"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
-// userAgent identifies the controller's API requests.
-const userAgent = "gpu-dra-controller"
+// userAgent identifies the controller's API requests; the API server
+// records it as the field manager of what the controller writes.
+const userAgent = vocabulary.ControllerAgent
 
 // webhookMaxHeaderBytes bounds a webhook request's headers; the API server
 // sends a few hundred bytes.

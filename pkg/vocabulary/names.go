@@ -100,3 +100,11 @@ func MemorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i)
 // coexistence guard tells the plugin's slices from those of NVIDIA's DRA
 // driver by it when both publish under NVIDIADriverName.
 const KubeletPluginAgent = "dra-kubelet-plugin"
+
+// ControllerAgent is the user agent of dra-controller's API clients, and so
+// the field manager the API server records for what the controller writes
+// without naming one, e.g. its IMEX channel slices (the upstream slice
+// controller names none). pkg/controller/imexchannels tells the channel
+// slices it published under the other driver name by it, and the chart's
+// -controller-resourceslices policy admits deleting only those.
+const ControllerAgent = "gpu-dra-controller"

@@ -8,7 +8,8 @@ import (
 // The compute domain pieces of the chart follow controller.computeDomains:
 // the CRD comes from crds/; the flags, the controller's permissions on
 // ComputeDomains, channel claims, pods and slices, and the admission policy
-// on its slice writes exist only when enabled; the schema bounds the
+// on its slice writes exist only when enabled; the policy on status writes
+// whenever the controller or the plugins handle domains; the schema bounds the
 // channel count as the controller's flag does.
 func TestComputeDomainsRenders(t *testing.T) {
 	helmBinary(t)
@@ -25,7 +26,7 @@ func TestComputeDomainsRenders(t *testing.T) {
 				"resources: [computedomains]\n  verbs: [get, list, watch, delete]", "resources: [computedomains/status]\n  verbs: [patch, update]",
 				"resources: [resourceclaims]\n  verbs: [get, list, watch, create]",
 				"resources: [resourceslices]\n  verbs: [create, update, delete]",
-				"name: rel-gpu-dra-driver-controller-resourceslices"},
+				"name: rel-gpu-dra-driver-controller-resourceslices", "name: rel-gpu-dra-driver-computedomain-status"},
 			notWant: []string{"kind: CustomResourceDefinition"}, // not without --include-crds
 		},
 		"CRD from crds/": {
@@ -35,6 +36,12 @@ func TestComputeDomainsRenders(t *testing.T) {
 		"tuned": {
 			args: []string{"--set", "controller.computeDomains.imexChannelsPerClique=128,controller.computeDomains.pruneGracePeriod=1m"},
 			want: []string{"--imex-channels-per-clique=128", "--compute-domain-prune-grace-period=1m"},
+		},
+		// The nodes' plugins still read the entries: the status policy stays.
+		"plugin side only": {
+			args:    []string{"--set", "controller.computeDomains.enabled=false"},
+			want:    []string{"name: rel-gpu-dra-driver-computedomain-status"},
+			notWant: []string{"controller-resourceslices"},
 		},
 		"off": {
 			args:    []string{"--set", "controller.computeDomains.enabled=false,kubeletPlugin.imex.enabled=false"},

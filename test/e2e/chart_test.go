@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,24 +95,33 @@ func TestPolicyBoundToPluginServiceAccount(t *testing.T) {
 	vaps, err := env.cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + env.release,
 	})
-	// The plugin's slice writes, MPS daemon pods and heartbeat Leases, and
-	// the controller's channel slice writes.
-	if err != nil || len(vaps.Items) != 4 {
-		t.Fatalf("want the four ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
+	// The plugin's slice writes, MPS daemon pods and heartbeat Leases, the
+	// controller's channel slice writes, and ComputeDomain status writes.
+	if err != nil || len(vaps.Items) != 5 {
+		t.Fatalf("want the five ValidatingAdmissionPolicies of release %s: %v %d", env.release, err, len(vaps.Items))
 	}
 	plugin := "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName
 	controller := "system:serviceaccount:" + env.namespace + ":" + controllerDeployment(t, ctx).Spec.Template.Spec.ServiceAccountName
 	for _, vap := range vaps.Items {
-		user := plugin
-		if strings.HasSuffix(vap.Name, "-controller-resourceslices") {
-			user = controller
-		}
-		found := false
+		users := []string{plugin}
+		var exprs []string
 		for _, mc := range vap.Spec.MatchConditions {
-			found = found || strings.Contains(mc.Expression, `"`+user+`"`)
+			exprs = append(exprs, mc.Expression)
 		}
-		if !found {
-			t.Errorf("policy %s does not match the user %s: %+v", vap.Name, user, vap.Spec.MatchConditions)
+		switch {
+		case strings.HasSuffix(vap.Name, "-controller-resourceslices"):
+			users = []string{controller}
+		case strings.HasSuffix(vap.Name, "-computedomain-status"):
+			// Every user's status writes: the two accounts are variables.
+			users = []string{plugin, controller}
+			for _, v := range vap.Spec.Variables {
+				exprs = append(exprs, v.Expression)
+			}
+		}
+		for _, user := range users {
+			if !slices.ContainsFunc(exprs, func(e string) bool { return strings.Contains(e, `"`+user+`"`) }) {
+				t.Errorf("policy %s does not name the user %s: %q", vap.Name, user, exprs)
+			}
 		}
 		if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
 			t.Errorf("policy %s type checking warnings: %+v", vap.Name, tc.ExpressionWarnings)

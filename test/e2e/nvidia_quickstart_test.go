@@ -10,11 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/scenarios"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -54,15 +54,18 @@ func TestNVIDIAQuickstart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		// dra-controller published the IMEX channel pools under the
-		// profile's name; switched back, it no longer owns them, and no
-		// kubelet does (they have no node): the operator deletes them, as
-		// docs/migration.md says.
-		for _, s := range driverSlices(t, ctx, nv, "") {
-			if _, ok := vocabulary.ChannelPoolClique(s.Spec.Pool.Name); ok && s.Spec.NodeName == nil {
-				if err := env.cluster.Client.ResourceV1().ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					t.Errorf("delete channel slice %s of %s: %v", s.Name, nv, err)
+		// profile's name; switched back, it deletes them itself (no kubelet
+		// does: they have no node), without the operator's help
+		// (docs/migration.md).
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			for _, s := range driverSlices(t, ctx, nv, "") { // the cleanup's ctx: a List cut off by the poll's deadline would be fatal
+				if _, ok := vocabulary.ChannelPoolClique(s.Spec.Pool.Name); ok && s.Spec.NodeName == nil {
+					return false, nil
 				}
 			}
+			return true, nil
+		}); err != nil {
+			t.Errorf("dra-controller left its channel slices of %s more than a minute after the switch back: %v", nv, err)
 		}
 		if err := poll(ctx, func(ctx context.Context) (bool, error) {
 			// The kubelet deletes the slices of the unregistered driver name

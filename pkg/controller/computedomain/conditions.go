@@ -17,7 +17,8 @@ const (
 	// ConditionPodsScheduled records that the channel claim has had pods:
 	// True while it has some, False with ReasonNoPods since its last pod
 	// went (lastTransitionTime), so that AfterLastPod deletion survives a
-	// controller restart.
+	// controller restart. Its time is only a lower bound of the grace
+	// period's start (afterLastPod): status is writable by others.
 	ConditionPodsScheduled = "PodsScheduled"
 
 	ReasonConnected          = "Connected"

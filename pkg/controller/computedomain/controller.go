@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 )
@@ -62,6 +61,10 @@ type Controller struct {
 	// noPodsSince is when the controller first saw a node entry
 	// (domain key + "/" + node) without a pod of the domain on its node.
 	noPodsSince map[string]time.Time
+	// lastPodGone is when this controller first saw an AfterLastPod
+	// domain (by key) without pods: the earliest start of its grace
+	// period it trusts (lifetime.go).
+	lastPodGone map[string]sighting
 }
 
 // New creates the controller and registers its event handlers on the
@@ -83,6 +86,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, domainInformer info
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu_dra_compute_domains"}),
 		noPodsSince: map[string]time.Time{},
+		lastPodGone: map[string]sighting{},
 	}
 	domainReg, err := domainInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueDomain,
@@ -218,17 +222,12 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 			ns, claim.Name)))
 	}
 
-	var pods []resourceapi.ResourceClaimConsumerReference
-	for _, r := range claim.Status.ReservedFor {
-		if r.APIGroup == "" && r.Resource == "pods" {
-			pods = append(pods, r)
-		}
-	}
+	pods := podsOf(claim)
 	podNodes, err := c.podNodes(ctx, ns, pods)
 	if err != nil {
 		return 0, err
 	}
-	nodes, after, err := c.prune(ctx, key, cd, podNodes)
+	nodes, after, err := c.prune(ctx, key, cd, claim, podNodes)
 	if err != nil {
 		return 0, err
 	}
@@ -238,22 +237,12 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 
-	lt := cd.Spec.Lifetime
-	if lt.Policy != gpuv1beta1.LifetimeAfterLastPod || podsCond.Reason != ReasonNoPods {
+	if cd.Spec.Lifetime.Policy != gpuv1beta1.LifetimeAfterLastPod || podsCond.Reason != ReasonNoPods {
+		c.clearLastPodGone(key)
 		return after, nil
 	}
-	since := meta.FindStatusCondition(cd.Status.Conditions, ConditionPodsScheduled).LastTransitionTime.Time
-	deadline := since.Add(time.Duration(ptr.Deref(lt.GracePeriodSeconds, gpuv1beta1.DefaultGracePeriodSeconds)) * time.Second)
-	if wait := deadline.Sub(c.opts.Now()); wait > 0 {
-		return minPositive(after, wait), nil
-	}
-	klog.FromContext(ctx).Info("Deleting ComputeDomain after its last pod", "domain", klog.KObj(cd), "lastPodGone", since)
-	err = c.domains.Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cd.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return 0, fmt.Errorf("delete ComputeDomain %s after its last pod: %w", key, err)
-	}
-	c.forget(key, nil)
-	return 0, nil
+	wait, err := c.afterLastPod(ctx, key, cd, claim)
+	return minPositive(after, wait), err
 }
 
 // channelClaim returns the domain's claim, creating it when missing.
@@ -294,62 +283,6 @@ func (c *Controller) podNodes(ctx context.Context, ns string, pods []resourceapi
 		}
 	}
 	return out, nil
-}
-
-// prune removes the node entries whose node has had no pod of the domain
-// for PruneGracePeriod, and returns the entries left and when to look
-// again.
-func (c *Controller) prune(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, podNodes sets.Set[string]) ([]gpuv1beta1.ComputeDomainNode, time.Duration, error) {
-	now := c.opts.Now()
-	var keep []gpuv1beta1.ComputeDomainNode
-	var after time.Duration
-	present := sets.New[string]()
-	for _, n := range cd.Status.Nodes {
-		present.Insert(n.Name)
-		if podNodes.Has(n.Name) {
-			c.forget(key, &n.Name)
-			keep = append(keep, n)
-			continue
-		}
-		c.mu.Lock()
-		since, ok := c.noPodsSince[key+"/"+n.Name]
-		if !ok {
-			since = now
-			c.noPodsSince[key+"/"+n.Name] = now
-		}
-		c.mu.Unlock()
-		if wait := since.Add(c.opts.PruneGracePeriod).Sub(now); wait > 0 {
-			keep = append(keep, n)
-			after = minPositive(after, wait)
-			continue
-		}
-		if err := c.removeNode(ctx, cd, n.Name); err != nil {
-			return nil, 0, err
-		}
-		klog.FromContext(ctx).Info("Removed the entry of a node without pods of the domain", "domain", klog.KObj(cd), "node", n.Name, "since", since)
-		c.forget(key, &n.Name)
-	}
-	// Forget nodes whose entries are gone.
-	c.mu.Lock()
-	for k := range c.noPodsSince {
-		if node, ok := cutKey(k, key); ok && !present.Has(node) {
-			delete(c.noPodsSince, k)
-		}
-	}
-	c.mu.Unlock()
-	return keep, after, nil
-}
-
-// removeNode drops a node's entry as its own plugin does: an empty list
-// applied as the node's field manager.
-func (c *Controller) removeNode(ctx context.Context, cd *gpuv1beta1.ComputeDomain, node string) error {
-	patch := applyObject(cd)
-	patch.Object["status"] = map[string]any{"nodes": []any{}}
-	_, err := c.domains.Namespace(cd.Namespace).ApplyStatus(ctx, cd.Name, patch, metav1.ApplyOptions{FieldManager: NodeFieldManager(node), Force: true})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove node %s from ComputeDomain %s/%s: %w", node, cd.Namespace, cd.Name, err)
-	}
-	return nil
 }
 
 // setConditions applies the controller's conditions, keeping the
@@ -401,7 +334,8 @@ func applyObject(cd *gpuv1beta1.ComputeDomain) *unstructured.Unstructured {
 	return u
 }
 
-// forget drops the pruning clock of one node of the domain, or of all.
+// forget drops the pruning clock of one node of the domain, or all the
+// domain's clocks.
 func (c *Controller) forget(key string, node *string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -409,6 +343,7 @@ func (c *Controller) forget(key string, node *string) {
 		delete(c.noPodsSince, key+"/"+*node)
 		return
 	}
+	delete(c.lastPodGone, key)
 	for k := range c.noPodsSince {
 		if _, ok := cutKey(k, key); ok {
 			delete(c.noPodsSince, k)

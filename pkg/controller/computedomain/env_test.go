@@ -2,6 +2,8 @@ package computedomain
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +20,11 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 )
@@ -36,6 +41,9 @@ type env struct {
 	dyn    *dynamicfake.FakeDynamicClient
 	ctrl   *Controller
 	now    time.Time
+	// frozenClaims: the controller's claim cache is a snapshot
+	// (freezeClaims), as stale as a lagging watch.
+	frozenClaims bool
 }
 
 func domain(name string, mutate ...func(*gpuv1beta1.ComputeDomain)) *gpuv1beta1.ComputeDomain {
@@ -70,6 +78,7 @@ func newEnv(t *testing.T, typed []runtime.Object, domains ...*gpuv1beta1.Compute
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{gpuv1beta1.ComputeDomainResource: "ComputeDomainList"}, objs...)
 	applyAsServer(dyn)
+	deleteAsServer(dyn)
 	return startEnv(t, client, dyn, time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 }
 
@@ -107,6 +116,9 @@ func (e *env) sync(t *testing.T, name string) time.Duration {
 		// The fake tracker keeps no resource versions: compare the objects.
 		if !equality.Semantic.DeepEqual(cur.Object, cached.(*unstructured.Unstructured).Object) {
 			return false, nil
+		}
+		if e.frozenClaims {
+			return true, nil
 		}
 		claims, err := e.client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -187,11 +199,60 @@ func applyAsServer(dyn *dynamicfake.FakeDynamicClient) {
 		}
 		mergeList("conditions", "type", func(map[string]any) bool { return false })
 		mergeList("nodes", "name", func(m map[string]any) bool { return NodeFieldManager(m["name"].(string)) == manager })
+		bumpResourceVersion(u)
 		if err := tracker.Update(p.GetResource(), u, p.GetNamespace()); err != nil {
 			return true, nil, err
 		}
 		return true, u, nil
 	})
+}
+
+// bumpResourceVersion gives a written domain a new resource version, which
+// the fake tracker does not.
+func bumpResourceVersion(u *unstructured.Unstructured) {
+	rv, _ := strconv.Atoi(u.GetResourceVersion())
+	u.SetResourceVersion(strconv.Itoa(rv + 1))
+}
+
+// deleteAsServer makes the fake dynamic client check a delete's
+// preconditions (UID, resource version) as the API server does.
+func deleteAsServer(dyn *dynamicfake.FakeDynamicClient) {
+	dyn.PrependReactor("delete", "computedomains", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		d := action.(k8stesting.DeleteActionImpl)
+		pre := d.DeleteOptions.Preconditions
+		if pre == nil {
+			return false, nil, nil
+		}
+		obj, err := dyn.Tracker().Get(d.GetResource(), d.GetNamespace(), d.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		u := obj.(*unstructured.Unstructured)
+		if pre.UID != nil && *pre.UID != u.GetUID() || pre.ResourceVersion != nil && *pre.ResourceVersion != u.GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(gpuv1beta1.ComputeDomainResource.GroupResource(), d.GetName(),
+				fmt.Errorf("precondition failed: UID %v, resourceVersion %v; have %s, %s", ptr.Deref(pre.UID, ""), ptr.Deref(pre.ResourceVersion, ""), u.GetUID(), u.GetResourceVersion()))
+		}
+		return false, nil, nil
+	})
+}
+
+// freezeClaims replaces the controller's claim cache by a snapshot of the
+// claims now: later claim changes reach the API only, as with a lagging
+// watch.
+func (e *env) freezeClaims(t *testing.T) {
+	t.Helper()
+	list, err := e.client.ResourceV1().ResourceClaims(ns).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for i := range list.Items {
+		if err := indexer.Add(&list.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ctrl.claims = resourcelisters.NewResourceClaimLister(indexer)
+	e.frozenClaims = true
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

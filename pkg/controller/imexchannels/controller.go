@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -87,7 +88,8 @@ func (c *Controller) cliques(ctx context.Context) []string {
 
 // Run publishes the pools until ctx is done. It starts publishing only
 // once the node cache has synced, so a restart never takes the pools of
-// cliques it has not seen yet away.
+// cliques it has not seen yet away. It also deletes the pools it published
+// under the other driver name before a compat.nvidia switch (leftovers.go).
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("imex-channels")
 	ctx = klog.NewContext(ctx, logger)
@@ -108,6 +110,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	defer publisher.Stop()
 	logger.Info("Publishing IMEX channels", "cliques", cliques, "channelsPerClique", c.opts.Channels)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { c.removeLeftoversUntilDone(ctx) })
 	c.updated(cliques)
 	for {
 		select {

@@ -22,39 +22,55 @@ import (
 
 const driver = "gpu.dra.dev"
 
-// newClient is a fake clientset holding objs that names slices as the API
-// server does.
+// newClient is a fake clientset holding objs that names slices, records
+// the controller's field manager on the slices it writes and applies field
+// selectors to slices as the API server does.
 func newClient(objs ...runtime.Object) *fake.Clientset {
 	client := fake.NewClientset(objs...)
+	apiserver.RecordFieldManager(client, "resourceslices", vocabulary.ControllerAgent)
 	apiserver.GenerateNames(client)
+	apiserver.SliceFieldSelectors(client)
 	return client
 }
 
-// Start runs the controller over client until the test ends.
+// start runs the controller over client until the test ends.
 func start(t *testing.T, client kubernetes.Interface, channels int) {
+	t.Helper()
+	t.Cleanup(startDriver(t, client, driver, channels))
+}
+
+// startDriver runs the controller for driverName over client until the
+// returned stop is called.
+func startDriver(t *testing.T, client kubernetes.Interface, driverName string, channels int) (stop func()) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(client, factory.Core().V1().Nodes(), Options{DriverName: driver, Channels: channels})
+	c, err := New(client, factory.Core().V1().Nodes(), Options{DriverName: driverName, Channels: channels})
 	if err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
 	done := make(chan error)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
 		factory.Shutdown()
-	})
+	}
 }
 
 // PublishedPools waits until the driver's slices without a node are
 // exactly the pools of want (clique → channels), and returns the slices.
 func PublishedPools(t *testing.T, client kubernetes.Interface, want map[string]int) []*resourceapi.ResourceSlice {
+	t.Helper()
+	return publishedPools(t, client, driver, want)
+}
+
+// publishedPools is PublishedPools for driverName.
+func publishedPools(t *testing.T, client kubernetes.Interface, driverName string, want map[string]int) []*resourceapi.ResourceSlice {
 	t.Helper()
 	var got []*resourceapi.ResourceSlice
 	var seen map[string]int
@@ -66,7 +82,7 @@ func PublishedPools(t *testing.T, client kubernetes.Interface, want map[string]i
 		got, seen = nil, map[string]int{}
 		for i := range list.Items {
 			s := &list.Items[i]
-			if s.Spec.Driver != driver || s.Spec.NodeName != nil {
+			if s.Spec.Driver != driverName || s.Spec.NodeName != nil {
 				continue
 			}
 			clique, _ := vocabulary.ChannelPoolClique(s.Spec.Pool.Name)

@@ -4,7 +4,9 @@
 // by pkg/controller/nodelabels). A ComputeDomain's shared channel claim,
 // allocated once from such a pool, keeps every pod that shares it on the
 // clique's nodes, and no two domains get the same channel of a clique
-// (docs/compute-domains.md).
+// (docs/compute-domains.md). After the chart's compat.nvidia switch it
+// deletes the pools it published under the other driver name
+// (leftovers.go).
 package imexchannels
 
 import (

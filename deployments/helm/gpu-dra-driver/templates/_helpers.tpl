@@ -134,6 +134,19 @@ the request (variables.userNodeName), since each simulated machine has its own r
 {{- end }}
 {{- end }}
 
+{{/*
+credentialNodeName is the CEL expression of the node a request's credential names, ''
+for none: a pod-bound service account token carries its pod's node
+(authentication.kubernetes.io/node-name, Kubernetes 1.32+). The admission policies that
+hold the kubelet plugin to its own node compare with it (variables.userNodeName).
+*/}}
+{{- define "gpu-dra-driver.credentialNodeName" -}}
+has(request.userInfo.extra) &&
+'authentication.kubernetes.io/node-name' in request.userInfo.extra &&
+size(request.userInfo.extra['authentication.kubernetes.io/node-name']) > 0
+? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''
+{{- end }}
+
 {{/* The MPS control program as the plugin (and so its daemon pods) see it (pkg/app mpsControl). */}}
 {{- define "gpu-dra-driver.mpsControl" -}}
 {{- if .Values.simulate }}/usr/bin/mps-control-sim{{ else }}/driver-root/usr/bin/nvidia-cuda-mps-control{{ end }}
