@@ -12,8 +12,10 @@
 # With the patched kube-scheduler of docs/upstream-allocator.md (hack/upstream-allocator/build.sh):
 #   GDD_SCHEDULER_BIN_DIR=$(hack/upstream-allocator/build.sh --print-bin-dir) hack/demo/bench-cluster.sh ...
 # Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0);
-# GDD_SCHEDULER_BIN_DIR (the directory of the kube-scheduler to run, hack/cluster/up.sh).
+# GDD_SCHEDULER_BIN_DIR (the directory of the kube-scheduler to run, hack/cluster/up.sh);
+# GDD_NODES (1: the benches need one real node; the demo's fleet would only add load).
 set -euo pipefail
+export GDD_NODES=${GDD_NODES:-1}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=hack/demo/lib.sh
 source hack/demo/lib.sh
