@@ -363,7 +363,7 @@ func (r *run) fileFaultEnabled(fault string) bool {
 	if fault != fileCheckpointCorrupt && fault != fileCheckpointTruncate {
 		return true
 	}
-	cp, err := checkpoint.NewFileStore(checkpointPath(r.dirs)).Load(ctxBackground())
+	cp, err := loadCheckpoint(r.dirs)
 	if err != nil {
 		return true // damaged already
 	}

@@ -52,7 +52,7 @@ type pciBinding struct{ driver, override string }
 func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 	v := &nodeView{specs: map[string]cdi.ClaimSpecInfo{}, daemons: map[string]bool{}, timeslice: map[int]int{}, exclusive: map[int]bool{}}
 	var err error
-	if v.cp, err = checkpoint.NewFileStore(checkpointPath(dirs)).Load(ctxBackground()); err != nil {
+	if v.cp, err = loadCheckpoint(dirs); err != nil {
 		return nil, fmt.Errorf("load checkpoint: %w", err)
 	}
 	specs, err := cdi.NewWriter(dirs.CDI, "", nil).ListClaimSpecs(ctxBackground())

@@ -93,7 +93,7 @@ func (r *run) reallocate() {
 	// Best a claim the plugin completed although the kubelet saw the
 	// prepare fail (cut off after the completion was recorded).
 	var c *claim
-	cp, err := checkpoint.NewFileStore(checkpointPath(r.dirs)).Load(ctxBackground())
+	cp, err := loadCheckpoint(r.dirs)
 	if err != nil {
 		cp = checkpoint.New()
 	}
