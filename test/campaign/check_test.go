@@ -45,6 +45,8 @@ type nodeView struct {
 	exclusive map[int]bool
 	// binding is each GPU's PCI driver and driver_override, by PCI address.
 	binding map[string]pciBinding
+	// imex are the compute domains' IMEX daemons, by domain UID.
+	imex map[string]*domainDaemon
 }
 
 type pciBinding struct{ driver, override string }
@@ -88,6 +90,9 @@ func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 		return nil, err
 	}
 	if v.binding, err = readBinding(filepath.Join(dirs.PluginData, "simulated-"+machine, "sys")); err != nil {
+		return nil, err
+	}
+	if v.imex, err = readIMEX(dirs); err != nil {
 		return nil, err
 	}
 	pids, _ := filepath.Glob(filepath.Join(dirs.Root, "mps", "*", "pipe", "nvidia-cuda-mps-control.pid"))
@@ -283,6 +288,7 @@ func (r *run) check(afterRestart bool) []string {
 	}
 	r.checkExclusive(v, fail)
 	r.checkBinding(v, fail)
+	r.checkChannels(v, fail)
 	for dir := range v.daemons {
 		if s := v.mps[filepath.Join(dir, "state.json")]; len(s.Shares) == 0 {
 			fail("leak: an MPS control daemon runs in %s without shares", filepath.Base(dir))
