@@ -49,8 +49,12 @@ func TestMain(m *testing.M) {
 	os.Exit(simnode.Main(m))
 }
 
-// shortRunSeed is the seed of the default (make check) run.
-const shortRunSeed = 2
+// shortRunSeed is the seed of the default (make check) run. It was 2 until
+// the campaign took channel claims, which changed every seed's scenario:
+// seed 2's then ran ten stale-claim steps (about 85 s); seed 7's takes
+// about as long as seed 2's did before (about 60 s) and changes compute
+// domains three times.
+const shortRunSeed = 7
 
 func TestCampaign(t *testing.T) {
 	seed := *flagSeed
@@ -146,6 +150,8 @@ type run struct {
 	// the channel slices of the node's clique (channels_test.go).
 	domains     []string
 	channelPool []*resourceapi.ResourceSlice
+	// lastDomain is the domain of the last channel claim prepared.
+	lastDomain string
 	// mustServe: the fresh claim being made must prepare (canary).
 	mustServe bool
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/imexd"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
@@ -36,7 +37,8 @@ func imexStateDir(dirs pluginrun.Dirs) string { return filepath.Join(dirs.Plugin
 
 // readIMEX reads the daemons' state directories and finds the running
 // daemons by their command line (nvidia-imex -c <state dir>/<UID>/config.cfg),
-// by domain UID.
+// by domain UID. The plugin's poller runs nvidia-imex-ctl with the same
+// config: that is no daemon.
 func readIMEX(dirs pluginrun.Dirs) (map[string]*domainDaemon, error) {
 	out := map[string]*domainDaemon{}
 	get := func(uid string) *domainDaemon {
@@ -78,6 +80,9 @@ func readIMEX(dirs pluginrun.Dirs) (map[string]*domainDaemon, error) {
 			continue
 		}
 		args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
+		if filepath.Base(args[0]) == imexd.CtlName {
+			continue
+		}
 		if i := slices.Index(args, "-c"); i >= 0 && i+1 < len(args) {
 			cfg := args[i+1]
 			if filepath.Dir(filepath.Dir(cfg)) == state && filepath.Base(cfg) == "config.cfg" {

@@ -59,7 +59,18 @@ type imexSetup struct {
 const (
 	tallyChannelPrepared = "channel claim prepared"
 	tallyChannelRefused  = "channel claim refused: node serves another domain"
+	tallyDomainChanged   = "channel claim of another domain than the last"
+	tallyDomainEnded     = "domain's channel claims all unprepared at once"
 )
+
+// preparedChannel counts a channel claim the kubelet got prepared.
+func (r *run) preparedChannel(c *claim) {
+	r.kinds[tallyChannelPrepared+" of "+c.domain]++
+	if r.lastDomain != "" && r.lastDomain != c.domain {
+		r.kinds[tallyDomainChanged]++
+	}
+	r.lastDomain = c.domain
+}
 
 // computeDomain is the ComputeDomain name as the campaign's API holds it,
 // with claimName as its channel claim: the campaign gives a domain several
@@ -192,43 +203,84 @@ func (r *run) newChannelClaim(name string) (*resourceapi.ResourceClaim, string) 
 	return computedomain.ChannelClaim(computeDomain(domain, name), driverName), domain
 }
 
-// channelDomain picks the domain of a fresh channel claim: mostly the one
-// the node serves (that of the live channel claims), now and then any, which
-// the node refuses while it serves another. With mustServe (a fresh claim
-// right after a restart, which must prepare) only one the node serves or
-// may serve, "" when that is not known: live claims of several domains
-// raced, and the plugin may hold any of them.
+// channelDomain picks the domain of a fresh channel claim, among those
+// with fewer than maxDomainClaims live claims: half the time one of the live
+// channel claims' (the node serves it, or may), else any, which the node
+// refuses while it serves another; the refused claims' retries take the node
+// over once the served domain's claims are gone. With mustServe (a fresh
+// claim right after a restart, which must prepare) only a domain the node
+// serves or may serve: "" when that is not known (live claims of several
+// domains raced, the plugin may hold any of them) or none has room.
 func (r *run) channelDomain() string {
 	live := r.liveDomains()
+	room := slices.DeleteFunc(slices.Clone(r.domains), func(d string) bool { return live[d] >= maxDomainClaims })
+	served := slices.DeleteFunc(slices.Sorted(maps.Keys(live)), func(d string) bool { return !slices.Contains(room, d) })
 	switch {
-	case len(live) > 1 && r.mustServe:
+	case r.mustServe && len(live) > 1:
 		return ""
-	case len(live) > 0 && (r.mustServe || r.rng.IntN(4) > 0):
-		return live[r.rng.IntN(len(live))]
+	case r.mustServe && len(live) == 1:
+		if len(served) == 0 {
+			return ""
+		}
+		return served[0]
+	case len(served) > 0 && r.rng.IntN(2) == 0:
+		return served[r.rng.IntN(len(served))]
+	case len(room) == 0:
+		return ""
 	}
-	return r.domains[r.rng.IntN(len(r.domains))]
+	return room[r.rng.IntN(len(room))]
 }
 
-// liveDomains are the domains of the live channel claims, sorted.
-func (r *run) liveDomains() []string {
-	var out []string
+// maxDomainClaims bounds a domain's live channel claims: several share its
+// daemon, and few enough go that the node changes domains now and then.
+const maxDomainClaims = 2
+
+// liveDomains counts the live channel claims by domain.
+func (r *run) liveDomains() map[string]int {
+	out := map[string]int{}
 	for _, c := range r.claims {
-		if c.kind == kindChannel && !slices.Contains(out, c.domain) {
-			out = append(out, c.domain)
+		if c.kind == kindChannel {
+			out[c.domain]++
 		}
 	}
-	slices.Sort(out)
 	return out
+}
+
+// endDomain ends a compute domain's job on the node: the kubelet unprepares
+// all its live channel claims at once (its pods end together; the random
+// kills of batch(true) land among such calls too). The node may then serve
+// another domain: the refused claims' retries and fresh claims take it over.
+func (r *run) endDomain() {
+	live := r.liveDomains()
+	if len(live) == 0 {
+		r.batch(false)
+		return
+	}
+	domains := slices.Sorted(maps.Keys(live))
+	domain := domains[r.rng.IntN(len(domains))]
+	var actions []*action
+	for _, c := range r.sortedClaims() {
+		if c.kind == kindChannel && c.domain == domain {
+			actions = append(actions, &action{c: c})
+		}
+	}
+	r.kinds[tallyDomainEnded]++
+	r.execute(actions, false)
 }
 
 // refusedForOtherDomain: a channel claim's prepare the node may refuse, as
 // a node serves one compute domain at a time, while a live claim of another
 // domain (live before the calls: domains) may hold its IMEX daemon.
-func refusedForOtherDomain(c *claim, err error, domains []string) bool {
+func refusedForOtherDomain(c *claim, err error, domains map[string]int) bool {
 	if c.kind != kindChannel || err == nil || !oneDomainAtATime.MatchString(err.Error()) {
 		return false
 	}
-	return slices.ContainsFunc(domains, func(d string) bool { return d != c.domain })
+	for d := range domains {
+		if d != c.domain {
+			return true
+		}
+	}
+	return false
 }
 
 // oneDomainAtATime is how imexdomain and imex refuse a second domain.

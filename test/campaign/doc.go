@@ -18,11 +18,13 @@
 // pool of the node's clique (imexchannels.Resources, 32 channels; the node
 // carries the clique label nodelabels gives it). The DGX H100's GPUs have
 // an NVLink fabric, so a clique; its driver root gets the pool's channel
-// device nodes (nvmlsim SetIMEXChannels). A fresh channel claim is mostly
-// of the domain the node serves, now and then of another, which the node
-// refuses while it serves one (a node serves one compute domain at a
-// time): that refusal is expected while a live claim of another domain
-// exists, and the kubelet retries or unprepares the claim.
+// device nodes (nvmlsim SetIMEXChannels). A domain has at most two live
+// channel claims; a fresh one is half the time of a domain with live claims,
+// else of any, which the node refuses while it serves another (a node
+// serves one compute domain at a time): that refusal is expected while a
+// live claim of another domain exists, and the kubelet retries or
+// unprepares the claim. The summary counts the channel claims prepared per
+// domain, the refusals, and how often the node changed domains.
 //
 // The seed (-seed, printed first; `make campaign SEED=N` replays it) fixes
 // the sequence of operations and faults. Which of several concurrent calls
@@ -33,9 +35,10 @@
 //
 // Prepare of a fresh claim, repeated prepare of a prepared claim (it must
 // return the same CDI devices), unprepare, and the kubelet's retries of
-// failed calls; one to four of them at once on different claims. After
-// every restart a fresh claim is prepared (when the plugin is not armed
-// with a fault point; a channel claim only of a domain the node may
+// failed calls; one to four of them at once on different claims; the end
+// of a compute domain's job (all its channel claims unprepared at once).
+// After every restart a fresh claim is prepared (when the plugin is not
+// armed with a fault point; a channel claim only of a domain the node may
 // serve).
 //
 // # Faults and what the campaign expects of each

@@ -178,7 +178,7 @@ func (r *run) record(actions []*action, died bool) {
 				r.violate("repeated prepare of %s returned %v, first %v", c.obj.Name, a.ids, c.ids)
 			}
 			if c.kind == kindChannel && c.state != prepared {
-				r.kinds[tallyChannelPrepared+" of "+c.domain]++
+				r.preparedChannel(c)
 			}
 			c.state, c.ids = prepared, a.ids
 		case a.prepare:

@@ -17,8 +17,10 @@ func (r *run) step() {
 	switch x := r.rng.IntN(100); {
 	case x < 10:
 		r.staleStep() // falls back to a batch while the plugin is armed
-	case x < 62:
+	case x < 58:
 		r.batch(false)
+	case x < 62:
+		r.endDomain()
 	case x < 70:
 		r.batch(true)
 	case x < 80:
