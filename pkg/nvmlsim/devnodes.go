@@ -42,7 +42,7 @@ func (m *Machine) makeDeviceNodes(root string) error {
 	for _, g := range m.gpus {
 		nodes[fmt.Sprintf("nvidia%d", g.index)] = 0o666
 	}
-	for i := range m.spec.nvlink.imexChannels {
+	for i := range m.imexChannelsLocked() {
 		nodes[IMEXChannelNode(i)] = 0o666
 	}
 	for name, mode := range nodes {
@@ -72,7 +72,28 @@ func IMEXChannelNode(i int) string {
 }
 
 // IMEXChannels returns how many IMEX channels the machine's driver root has: 0 on machines
-// without a multi-node NVLink fabric.
+// without a multi-node NVLink fabric, unless SetIMEXChannels made some.
 func (m *Machine) IMEXChannels() int {
-	return m.spec.nvlink.imexChannels
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.imexChannelsLocked()
+}
+
+func (m *Machine) imexChannelsLocked() int { return max(m.spec.nvlink.imexChannels, m.imexChannels) }
+
+// SetIMEXChannels makes the driver roots written so far, and later ones, have IMEX channels 0 to
+// n-1, as the nvidia module makes them when its parameters ask for channels: on a machine whose
+// GPUs have an NVLink fabric but which makes no channels of its own (a DGX H100's GPUs are in a
+// clique of their own) the fault campaign prepares compute domain channels so. A count below the
+// machine's own changes nothing, and no node is removed. The count is not kept in the state file.
+func (m *Machine) SetIMEXChannels(n int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.imexChannels = n
+	for _, root := range m.driverRoots {
+		if err := m.makeDeviceNodes(root); err != nil {
+			return fmt.Errorf("device nodes under %s: %w", root, err)
+		}
+	}
+	return nil
 }

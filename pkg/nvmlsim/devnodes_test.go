@@ -58,3 +58,35 @@ func TestWithholdDeviceNodes(t *testing.T) {
 		}
 	}
 }
+
+// SetIMEXChannels makes channel nodes in the driver roots written before
+// and after it, on a machine that makes none of its own; a count below a
+// machine's own changes nothing.
+func TestSetIMEXChannels(t *testing.T) {
+	for _, tc := range []struct {
+		machine string
+		set     int
+		want    int
+	}{
+		{"dgxh100", 4, 4},
+		{"gb200nvl72", 2, 64},
+	} {
+		m := started(t, tc.machine)
+		before, after := t.TempDir(), t.TempDir()
+		if err := m.WriteDriverRoot(before); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetIMEXChannels(tc.set); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.WriteDriverRoot(after); err != nil {
+			t.Fatal(err)
+		}
+		for _, root := range []string{before, after} {
+			got, _ := filepath.Glob(filepath.Join(root, "dev", "nvidia-caps-imex-channels", "channel*"))
+			if len(got) != tc.want || m.IMEXChannels() != tc.want {
+				t.Errorf("%s, %d set: %d channel nodes, IMEXChannels %d, want %d", tc.machine, tc.set, len(got), m.IMEXChannels(), tc.want)
+			}
+		}
+	}
+}

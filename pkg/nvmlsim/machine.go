@@ -66,6 +66,9 @@ type Machine struct {
 	// withheldNodes, when set, names the device nodes kept out of the driver roots
 	// (WithholdDeviceNodes).
 	withheldNodes func(name string) bool
+	// imexChannels, when above the machine's own, is how many IMEX channel
+	// nodes the driver roots have (SetIMEXChannels).
+	imexChannels int
 	// boots counts simulated reboots; the boot ID derives from it.
 	boots int
 	// processes are the registered simulated processes by PID (processes.go); smSecondsEnded

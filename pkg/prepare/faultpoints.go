@@ -37,6 +37,7 @@ var FaultPoints = []string{
 	FaultPrepareStarted,
 	FaultPrepareMIGCreated,
 	FaultPrepareVFIOBound,
+	FaultPrepareIMEXDomainRecorded,
 	FaultPrepareCDIWritten,
 	FaultPrepareCompleted,
 	FaultUnprepareStarted,

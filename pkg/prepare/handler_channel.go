@@ -36,9 +36,9 @@ type Channels interface {
 }
 
 // FaultPrepareIMEXDomainRecorded is reached once a channel's domain UID is
-// in the checkpoint, before its daemon is joined. Not in FaultPoints: the
-// fault campaigns prepare no channel claims (docs/compute-domains.md); the
-// channel crash tests in test/node visit it.
+// in the checkpoint, before its daemon is joined (also when the join is then
+// refused). The fault campaign (test/campaign) prepares channel claims and
+// kills there; TestChannelCrashConverges visits it at engine level.
 const FaultPrepareIMEXDomainRecorded = "prepare:imex-domain-recorded"
 
 // lockIMEX serializes the channel work of a node: one IMEX daemon.

@@ -8,7 +8,8 @@
 // the scheduler gives them to fails to prepare. A Releaser walks the
 // engine's prepared claims, asks the API server about each, and releases a
 // claim that stayed stale for a grace period: its ResourceClaim is gone,
-// has another UID, is no longer allocated to this node's pool, or is
+// has another UID, is no longer allocated to this node's pool (or, for a
+// compute domain's channel, to the clique's channel pool), or is
 // allocated here to other devices (reallocated under the same UID: its
 // prepare waits for this release). A claim that exists allocated here to
 // its prepared devices is never released, and neither is one the API
@@ -37,6 +38,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Engine is what a Releaser needs of the prepare engine (*prepare.Engine).
@@ -52,7 +54,7 @@ type Engine interface {
 const (
 	ReasonDeleted      = "deleted"       // the ResourceClaim is gone
 	ReasonReplaced     = "replaced"      // a ResourceClaim of that name has another UID
-	ReasonNotAllocated = "not_allocated" // it is no longer allocated to this node's pool
+	ReasonNotAllocated = "not_allocated" // it is no longer allocated to this node's pool, nor a channel to its clique's
 	ReasonReallocated  = "reallocated"   // it is allocated here to other devices
 )
 
@@ -248,7 +250,7 @@ func (r *Releaser) staleness(ctx context.Context, c *checkpoint.PreparedClaim) (
 		return "", fmt.Errorf("get ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
 	case claim.UID != c.UID:
 		return ReasonReplaced, nil
-	case !r.allocatedHere(claim):
+	case !r.allocatedHere(claim, c):
 		return ReasonNotAllocated, nil
 	case !r.allocatedTo(claim, c):
 		return ReasonReallocated, nil
@@ -257,14 +259,14 @@ func (r *Releaser) staleness(ctx context.Context, c *checkpoint.PreparedClaim) (
 }
 
 // allocatedTo reports whether the claim's results for this driver and
-// pool are the devices c was prepared with.
+// the pools c is served from are the devices c was prepared with.
 func (r *Releaser) allocatedTo(claim *resourceapi.ResourceClaim, c *checkpoint.PreparedClaim) bool {
 	want := map[string]int{}
 	for _, d := range c.Devices {
 		want[d.Request+"/"+d.Pool+"/"+d.Device+"#"+d.ShareID]++
 	}
 	for _, res := range claim.Status.Allocation.Devices.Results {
-		if res.Driver != r.opts.DriverName || res.Pool != r.opts.PoolName {
+		if !r.servedHere(res, c) {
 			continue
 		}
 		key := res.Request + "/" + res.Pool + "/" + res.Device + "#"
@@ -284,12 +286,31 @@ func (r *Releaser) allocatedTo(claim *resourceapi.ResourceClaim, c *checkpoint.P
 	return true
 }
 
-func (r *Releaser) allocatedHere(claim *resourceapi.ResourceClaim) bool {
+func (r *Releaser) allocatedHere(claim *resourceapi.ResourceClaim, c *checkpoint.PreparedClaim) bool {
 	if claim.Status.Allocation == nil {
 		return false
 	}
 	return slices.ContainsFunc(claim.Status.Allocation.Devices.Results, func(res resourceapi.DeviceRequestAllocationResult) bool {
-		return res.Driver == r.opts.DriverName && res.Pool == r.opts.PoolName
+		return r.servedHere(res, c)
+	})
+}
+
+// servedHere reports whether this node serves the result for c: one of
+// this driver from the node's pool, or from the clique's channel pool a
+// channel of c was prepared from (a compute domain's channel comes from
+// dra-controller's pool, which every node of the clique serves).
+func (r *Releaser) servedHere(res resourceapi.DeviceRequestAllocationResult, c *checkpoint.PreparedClaim) bool {
+	if res.Driver != r.opts.DriverName {
+		return false
+	}
+	if res.Pool == r.opts.PoolName {
+		return true
+	}
+	if _, ok := vocabulary.ChannelPoolClique(res.Pool); !ok {
+		return false
+	}
+	return slices.ContainsFunc(c.Devices, func(d checkpoint.PreparedDevice) bool {
+		return d.Kind == vocabulary.KindIMEXChannel && d.Pool == res.Pool
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 const (
@@ -82,6 +83,32 @@ func claim(uid types.UID, pools ...string) *resourceapi.ResourceClaim {
 	return c
 }
 
+// A compute domain's channel is allocated from its clique's channel pool,
+// not the node's (docs/compute-domains.md).
+var (
+	cliquePool = vocabulary.ChannelPoolName("cluster-a.1")
+	otherPool  = vocabulary.ChannelPoolName("cluster-b.1")
+)
+
+// preparedChannel is a prepared channel claim of the clique's pool.
+func preparedChannel() checkpoint.PreparedClaim {
+	return checkpoint.PreparedClaim{
+		UID: "uid-1", Namespace: "stale", Name: "g", State: checkpoint.PrepareCompleted,
+		Devices: []checkpoint.PreparedDevice{{Request: "channel", Pool: cliquePool, Device: "channel-3", Kind: vocabulary.KindIMEXChannel,
+			IMEXChannel: &checkpoint.IMEXChannel{Channel: 3, DomainNamespace: "stale", DomainName: "training", DomainUID: "training-uid"}}},
+	}
+}
+
+// channelClaim is the API's ResourceClaim of preparedChannel(), allocated
+// to channel device of pool.
+func channelClaim(pool, device string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "stale", Name: "g", UID: "uid-1"}}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "channel", Driver: driver, Pool: pool, Device: device}},
+	}}
+	return c
+}
+
 // gets makes the n-th GET of the claim (from 1) answer answer(n).
 func gets(answer func(n int) (*resourceapi.ResourceClaim, error)) func(k8stesting.Action) (bool, runtime.Object, error) {
 	var mu sync.Mutex
@@ -101,6 +128,8 @@ func gets(answer func(n int) (*resourceapi.ResourceClaim, error)) func(k8stestin
 func TestCheck(t *testing.T) {
 	for name, tc := range map[string]struct {
 		api func(n int) (*resourceapi.ResourceClaim, error) // nil, nil: NotFound
+		// channel: the prepared claim is preparedChannel(), not prepared().
+		channel bool
 		// wantReason is the release's reason, "" for none.
 		wantReason string
 	}{
@@ -132,12 +161,26 @@ func TestCheck(t *testing.T) {
 			return map[bool]*resourceapi.ResourceClaim{true: claim("uid-1", node)}[n == 2], nil
 		}},
 		"error within the grace": {api: func(n int) (*resourceapi.ResourceClaim, error) { return nil, map[bool]error{true: errTest}[n == 2] }, wantReason: ReasonDeleted},
+		"channel allocated to it": {channel: true, api: func(int) (*resourceapi.ResourceClaim, error) {
+			return channelClaim(cliquePool, "channel-3"), nil
+		}},
+		"channel allocated to another channel": {channel: true, api: func(int) (*resourceapi.ResourceClaim, error) {
+			return channelClaim(cliquePool, "channel-4"), nil
+		}, wantReason: ReasonReallocated},
+		"channel allocated in another clique": {channel: true, api: func(int) (*resourceapi.ResourceClaim, error) {
+			return channelClaim(otherPool, "channel-3"), nil
+		}, wantReason: ReasonNotAllocated},
+		"channel deallocated": {channel: true, api: func(int) (*resourceapi.ResourceClaim, error) { return claim("uid-1"), nil }, wantReason: ReasonNotAllocated},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			client := apiserver.NodeClient(node)
 			client.PrependReactor("get", "resourceclaims", gets(tc.api))
-			e := &engine{claims: []checkpoint.PreparedClaim{prepared()}}
+			entry := prepared()
+			if tc.channel {
+				entry = preparedChannel()
+			}
+			e := &engine{claims: []checkpoint.PreparedClaim{entry}}
 			clock := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
 			r, err := New(Options{Client: client, Engine: e, DriverName: driver, PoolName: node, NodeName: node, GracePeriod: grace, Clock: clock})
 			if err != nil {
@@ -175,7 +218,7 @@ func TestCheck(t *testing.T) {
 			if ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != node || ev.Reason != EventReason {
 				t.Errorf("event on %s %s with reason %s, want Node %s, %s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, node, EventReason)
 			}
-			for _, s := range []string{"stale/g", "uid-1", "gpu-0"} {
+			for _, s := range []string{"stale/g", "uid-1", entry.Devices[0].Device} {
 				if !strings.Contains(ev.Message, s) {
 					t.Errorf("event message %q does not name %s", ev.Message, s)
 				}

@@ -3,9 +3,13 @@ package campaign
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/passthrough"
 )
 
@@ -43,6 +47,39 @@ func TestChecksCatchPlantedFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"of prepared passthrough claim %s is bound to \"nvidia\", not vfio-pci"}},
+		"channel claim the kubelet unprepared still held": {kindChannel, func(t *testing.T, r *run, c *claim) {
+			delete(r.claims, c.uid())
+		}, []string{"leak: checkpoint entry", "leak: CDI spec", "leak: the IMEX daemon of ComputeDomain", "leak: the IMEX daemon record of ComputeDomain"}},
+		"IMEX daemon of a prepared channel claim gone": {kindChannel, func(t *testing.T, r *run, c *claim) {
+			stopPlugin(t, r) // its poller would start the daemon again
+			v, err := readNode(r.dirs, r.uuids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pid := range v.imex[string(domainUID(c.domain))].pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				for running(pid) {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}, []string{"claim lost: no IMEX daemon of ComputeDomain", "the checkpoint holds it: true, its daemon runs: false"}},
+		"channel held by claims of two domains": {kindChannel, func(t *testing.T, r *run, c *claim) {
+			stopPlugin(t, r)
+			cp, err := loadCheckpoint(r.dirs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, _ := cp.Get(c.obj.UID)
+			ghost := *e
+			ch := *e.Devices[0].IMEXChannel
+			ch.DomainName = slices.DeleteFunc(slices.Clone(r.domains), func(d string) bool { return d == c.domain })[0]
+			ghost.UID, ghost.Name, ghost.Devices = "ghost-uid", "ghost", slices.Clone(e.Devices)
+			ghost.Devices[0].IMEXChannel = &ch
+			cp.Put(&ghost)
+			if err := checkpoint.NewFileStore(checkpointPath(r.dirs)).Save(t.Context(), cp); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"IMEX %d is held by claims of 2 ComputeDomains"}},
 		"prepared claim the plugin does not hold": {kindGPU, func(t *testing.T, r *run, c *claim) {
 			ghost := &claim{obj: c.obj.DeepCopy(), kind: kindGPU, state: prepared}
 			ghost.obj.UID, ghost.obj.Name = "ghost-uid", "ghost"
@@ -74,12 +111,20 @@ func TestChecksCatchPlantedFaults(t *testing.T) {
 					t.Errorf("check did not report %q; it reported:\n%s", w, got)
 				}
 			}
-			if err := r.child.Stop(); err != nil {
-				t.Error(err)
+			if r.child != nil {
+				stopPlugin(t, r)
 			}
-			r.child = nil
 		})
 	}
+}
+
+// stopPlugin stops the plugin gracefully: the node stays as it is.
+func stopPlugin(t *testing.T, r *run) {
+	t.Helper()
+	if err := r.child.Stop(); err != nil {
+		t.Error(err)
+	}
+	r.child = nil
 }
 
 func removeSpec(t *testing.T, r *run, c *claim) {

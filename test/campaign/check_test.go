@@ -45,6 +45,8 @@ type nodeView struct {
 	exclusive map[int]bool
 	// binding is each GPU's PCI driver and driver_override, by PCI address.
 	binding map[string]pciBinding
+	// imex are the compute domains' IMEX daemons, by domain UID.
+	imex map[string]*domainDaemon
 }
 
 type pciBinding struct{ driver, override string }
@@ -52,7 +54,7 @@ type pciBinding struct{ driver, override string }
 func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 	v := &nodeView{specs: map[string]cdi.ClaimSpecInfo{}, daemons: map[string]bool{}, timeslice: map[int]int{}, exclusive: map[int]bool{}}
 	var err error
-	if v.cp, err = checkpoint.NewFileStore(checkpointPath(dirs)).Load(ctxBackground()); err != nil {
+	if v.cp, err = loadCheckpoint(dirs); err != nil {
 		return nil, fmt.Errorf("load checkpoint: %w", err)
 	}
 	specs, err := cdi.NewWriter(dirs.CDI, "", nil).ListClaimSpecs(ctxBackground())
@@ -88,6 +90,9 @@ func readNode(dirs pluginrun.Dirs, uuids []string) (*nodeView, error) {
 		return nil, err
 	}
 	if v.binding, err = readBinding(filepath.Join(dirs.PluginData, "simulated-"+machine, "sys")); err != nil {
+		return nil, err
+	}
+	if v.imex, err = readIMEX(dirs); err != nil {
 		return nil, err
 	}
 	pids, _ := filepath.Glob(filepath.Join(dirs.Root, "mps", "*", "pipe", "nvidia-cuda-mps-control.pid"))
@@ -283,6 +288,7 @@ func (r *run) check(afterRestart bool) []string {
 	}
 	r.checkExclusive(v, fail)
 	r.checkBinding(v, fail)
+	r.checkChannels(v, fail)
 	for dir := range v.daemons {
 		if s := v.mps[filepath.Join(dir, "state.json")]; len(s.Shares) == 0 {
 			fail("leak: an MPS control daemon runs in %s without shares", filepath.Base(dir))

@@ -94,6 +94,9 @@ func runChild(root string) error {
 	journal := childproc.Journaling(root, nil)
 	cfg.FaultHook = childproc.Journaling(root, childproc.KillAt(root, childproc.CrashAt()))
 	cfg.SimulationHook = func(m *nvmlsim.Machine) { journal(stepOwns); go obeyControl(root, m) }
+	if err := configureIMEX(root, cfg); err != nil {
+		return err
+	}
 	childproc.ConfigurePod(cfg)
 	return afterServe(root, journal, childproc.Serve(cfg))
 }

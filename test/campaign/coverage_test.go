@@ -131,7 +131,10 @@ func (r *run) reach(p string) {
 // pointKind is the only kind whose prepare passes fault point p, "" when
 // every kind's does.
 func pointKind(p string) string {
-	return map[string]string{prepare.FaultPrepareMIGCreated: kindMIG, prepare.FaultPrepareVFIOBound: kindVFIO}[p]
+	return map[string]string{
+		prepare.FaultPrepareMIGCreated: kindMIG, prepare.FaultPrepareVFIOBound: kindVFIO,
+		prepare.FaultPrepareIMEXDomainRecorded: kindChannel,
+	}[p]
 }
 
 // preparedClaim is the first prepared claim by name, or nil.

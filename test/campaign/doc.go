@@ -10,6 +10,22 @@
 // claim's entry, and a prepared passthrough claim's GPU must be on vfio-pci.
 // GPU 7 carries a MIG instance an admin made before the plugin ran.
 //
+// Compute domains (channels_test.go): the plugin runs with IMEX daemons
+// (cmd/imex-sim) and two or three ComputeDomains (the seed picks how many)
+// in a fake API of its own. Channel claims, as dra-controller creates them
+// (computedomain.ChannelClaim; a domain may have several at once, sharing
+// its daemon), are allocated by the upstream allocator from the channel
+// pool of the node's clique (imexchannels.Resources, 32 channels; the node
+// carries the clique label nodelabels gives it). The DGX H100's GPUs have
+// an NVLink fabric, so a clique; its driver root gets the pool's channel
+// device nodes (nvmlsim SetIMEXChannels). A domain has at most two live
+// channel claims; a fresh one is half the time of a domain with live claims,
+// else of any, which the node refuses while it serves another (a node
+// serves one compute domain at a time): that refusal is expected while a
+// live claim of another domain exists, and the kubelet retries or
+// unprepares the claim. The summary counts the channel claims prepared per
+// domain, the refusals, and how often the node changed domains.
+//
 // The seed (-seed, printed first; `make campaign SEED=N` replays it) fixes
 // the sequence of operations and faults. Which of several concurrent calls
 // reaches a fault point first, and where a random kill lands, depend on
@@ -19,9 +35,11 @@
 //
 // Prepare of a fresh claim, repeated prepare of a prepared claim (it must
 // return the same CDI devices), unprepare, and the kubelet's retries of
-// failed calls; one to four of them at once on different claims. After
-// every restart a fresh claim is prepared (when the plugin is not armed
-// with a fault point).
+// failed calls; one to four of them at once on different claims; the end
+// of a compute domain's job (all its channel claims unprepared at once).
+// After every restart a fresh claim is prepared (when the plugin is not
+// armed with a fault point; a channel claim only of a domain the node may
+// serve).
 //
 // # Faults and what the campaign expects of each
 //
@@ -39,7 +57,8 @@
 //     seed: half the plugin starts are armed, while a call point is unhit
 //     with the next unhit one in turn (one whose plugin was killed or
 //     restarted for another fault before a call reached it comes round
-//     again), and the operations then mostly make the call that passes it.
+//     again), and the operations then mostly make the call that passes it
+//     (prepare:imex-domain-recorded: a channel claim's prepare).
 //     A point still unhit when the operations are done is armed again, up
 //     to three times, with that call made at once; a point no call passes
 //     fails the run (TestCoverageRuleFailsOnUnreachablePoint). Recovery's
@@ -108,7 +127,20 @@
 // exactly for each completed claim. The plugin serves within 30 s of each
 // start (no crash loop) and prepares a fresh claim. At the end every claim
 // is unprepared and the node must be clean: empty checkpoint, no specs, no
-// MIG instance but the static one.
+// MIG instance but the static one, no IMEX daemon and no daemon files.
+//
+// Compute domains (channelcheck_test.go, read as test/node does: the
+// daemons' state directories and records under the plugin's imex directory,
+// and the imex-sim processes running a domain's config): a prepared channel
+// claim's checkpoint record names its channel and domain (with the domain's
+// UID) and its CDI device gives /dev/nvidia-caps-imex-channels/channel<N>;
+// a domain's daemon runs exactly while the checkpoint holds a channel of
+// the domain, once (no two processes), whenever one of its claims is
+// prepared and never without a live claim of it (no daemon, record or
+// files left after the last is unprepared), its record lists each prepared
+// claim of the domain and no claim the kubelet unprepared, and no two
+// domains' daemons run at once. No channel is held by claims of two
+// domains (checkpoint records).
 //
 // Each violation is reported once, with the op index and the faults since
 // the last restart; the summary line is `campaign: N operations, F faults,

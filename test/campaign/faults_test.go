@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nodeplugin"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/prepare"
@@ -36,6 +37,30 @@ var fileFaults = []string{fileCheckpointDelete, fileCheckpointCorrupt, fileCheck
 
 func checkpointPath(dirs pluginrun.Dirs) string {
 	return filepath.Join(dirs.PluginData, nodeplugin.CheckpointFile)
+}
+
+// loadCheckpoint reads the plugin's checkpoint from a copy: the store's
+// Load removes the temporary files of saves it takes for interrupted ones,
+// and would break a save the running plugin is making (a stale claim's
+// release runs in the background).
+func loadCheckpoint(dirs pluginrun.Dirs) (*checkpoint.Checkpoint, error) {
+	data, err := os.ReadFile(checkpointPath(dirs))
+	if errors.Is(err, fs.ErrNotExist) {
+		return checkpoint.New(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "campaign-checkpoint-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	path := filepath.Join(dir, nodeplugin.CheckpointFile)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return nil, err
+	}
+	return checkpoint.NewFileStore(path).Load(ctxBackground())
 }
 
 func statePath(dirs pluginrun.Dirs) string {

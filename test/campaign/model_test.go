@@ -48,7 +48,7 @@ const (
 	kindVFIO = "vfio"
 )
 
-var kinds = []string{kindGPU, kindMIG, kindTS, kindMPS, kindVFIO}
+var kinds = []string{kindGPU, kindMIG, kindTS, kindMPS, kindVFIO, kindChannel}
 
 // claim is one allocated claim the campaign knows about.
 type claim struct {
@@ -63,6 +63,8 @@ type claim struct {
 	// claim, so the kubelet lists no container with it and never
 	// unprepares it (stale_test.go).
 	ended bool
+	// domain is a channel claim's ComputeDomain (channels_test.go).
+	domain string
 }
 
 func (c *claim) uid() string { return string(c.obj.UID) }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/gpu-dra/gpu-dra-driver/internal/pluginrun/childproc"
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/kubelet"
 )
@@ -52,7 +54,15 @@ func (r *run) newAction() *action {
 func (r *run) newActionOfKind(order ...string) *action {
 	for _, kind := range order {
 		r.names++
-		obj := newClaim(r.rng, fmt.Sprintf("c%d-%s", r.names, kind), kind, r.avoid())
+		name, domain := fmt.Sprintf("c%d-%s", r.names, kind), ""
+		var obj *resourceapi.ResourceClaim
+		if kind == kindChannel {
+			if obj, domain = r.newChannelClaim(name); obj == nil {
+				continue
+			}
+		} else {
+			obj = newClaim(r.rng, name, kind, r.avoid())
+		}
 		out, err := r.cluster.Allocate(context.Background(), nodeName, obj)
 		if err != nil {
 			r.t.Fatalf("allocate %s: %v", obj.Name, err)
@@ -63,7 +73,7 @@ func (r *run) newActionOfKind(order ...string) *action {
 		if err := publishClaim(r.dirs.Root, out[0]); err != nil {
 			r.t.Fatal(err)
 		}
-		c := &claim{obj: out[0], kind: kind, state: pendingPrepare, born: r.ops}
+		c := &claim{obj: out[0], kind: kind, state: pendingPrepare, born: r.ops, domain: domain}
 		r.claims[c.uid()] = c
 		return &action{c: c, prepare: true}
 	}
@@ -157,6 +167,7 @@ func (r *run) execute(actions []*action, randomKill bool) {
 // plugin that died are excused.
 func (r *run) record(actions []*action, died bool) {
 	avoid := r.avoid()
+	domains := r.liveDomains()
 	for _, a := range actions {
 		r.ops++
 		c := a.c
@@ -166,9 +177,14 @@ func (r *run) record(actions []*action, died bool) {
 			if c.state == prepared && !slices.Equal(a.ids, c.ids) {
 				r.violate("repeated prepare of %s returned %v, first %v", c.obj.Name, a.ids, c.ids)
 			}
+			if c.kind == kindChannel && c.state != prepared {
+				r.preparedChannel(c)
+			}
 			c.state, c.ids = prepared, a.ids
 		case a.prepare:
-			if !excused {
+			if refusedForOtherDomain(c, a.err, domains) {
+				r.kinds[tallyChannelRefused]++
+			} else if !excused {
 				r.violate("prepare of %s (%s on %s) failed: %v", c.obj.Name, c.kind, allocated(c.obj), a.err)
 			}
 			if c.state != prepared {
@@ -303,8 +319,8 @@ func (r *run) report() {
 // devices: one allocated before a restart may have lost a device to a
 // leaked MIG instance (reported as a leak), and then fails to prepare.
 func (r *run) publishes(c *claim) bool {
-	for _, d := range c.devices() {
-		if !r.published[d] {
+	for _, res := range c.obj.Status.Allocation.Devices.Results {
+		if !fromChannelPool(res) && !r.published[res.Device] {
 			return false
 		}
 	}

@@ -238,7 +238,7 @@ func (r *run) awaitRelease(c *claim) {
 
 // prepared returns c's checkpoint entry.
 func (r *run) prepared(c *claim) (*checkpoint.PreparedClaim, bool) {
-	cp, err := checkpoint.NewFileStore(checkpointPath(r.dirs)).Load(ctxBackground())
+	cp, err := loadCheckpoint(r.dirs)
 	if err != nil {
 		r.violate("read the checkpoint: %v", err)
 		return nil, true

@@ -17,8 +17,10 @@ func (r *run) step() {
 	switch x := r.rng.IntN(100); {
 	case x < 10:
 		r.staleStep() // falls back to a batch while the plugin is armed
-	case x < 62:
+	case x < 58:
 		r.batch(false)
+	case x < 62:
+		r.endDomain()
 	case x < 70:
 		r.batch(true)
 	case x < 80:
@@ -93,7 +95,7 @@ func (r *run) reallocate() {
 	// Best a claim the plugin completed although the kubelet saw the
 	// prepare fail (cut off after the completion was recorded).
 	var c *claim
-	cp, err := checkpoint.NewFileStore(checkpointPath(r.dirs)).Load(ctxBackground())
+	cp, err := loadCheckpoint(r.dirs)
 	if err != nil {
 		cp = checkpoint.New()
 	}
