@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -241,5 +242,26 @@ func TestRecoverFindsUnrecordedDaemon(t *testing.T) {
 	}
 	if alive(pid) {
 		t.Errorf("daemon %d leaked: its PID was not recorded", pid)
+	}
+}
+
+// TestIsDaemonIgnoresCtl: a process whose command line names the domain's
+// config but is not the daemon (the status poller's nvidia-imex-ctl -c
+// <config> -N) is not taken for the daemon at recovery.
+func TestIsDaemonIgnoresCtl(t *testing.T) {
+	const a = "127.0.44.3"
+	r := newRack(t, a)
+	m := r.manager(a)
+	cfg := filepath.Join(r.dirs[a], "d1", "config.cfg")
+	ctl := exec.Command("sh", "-c", "sleep 30", imexd.CtlName, "-c", cfg, "-N")
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ctl.Process.Kill(); _ = ctl.Wait() }()
+	if m.isDaemon(ctl.Process.Pid, "d1") {
+		t.Errorf("pid %d (%s) taken for the daemon of d1", ctl.Process.Pid, strings.Join(ctl.Args, " "))
+	}
+	if pid := m.findDaemon("d1"); pid != 0 {
+		t.Errorf("findDaemon(d1) = %d, want 0: no daemon runs", pid)
 	}
 }

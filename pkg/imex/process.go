@@ -106,14 +106,16 @@ func alive(pid int) bool {
 }
 
 // isDaemon reports whether pid runs the daemon of the domain's config: its
-// command line names the domain's config file, so a reused PID is not taken
-// for it.
+// command line is exactly the one start gives it, so a reused PID is not
+// taken for it, nor is nvidia-imex-ctl -c <the same config> -N (the
+// status poller), whose command line names the config too.
 func (m *Manager) isDaemon(pid int, domain string) bool {
 	if !alive(pid) {
 		return false
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(cmdline), filepath.Join(m.dir(domain), "config.cfg"))
+	want := strings.Join([]string{m.cfg.Binary, "-c", filepath.Join(m.dir(domain), "config.cfg")}, "\x00") + "\x00"
+	return err == nil && string(cmdline) == want
 }
 
 // findDaemon returns the PID of a process running the domain's daemon,
