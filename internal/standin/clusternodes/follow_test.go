@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-dra/gpu-dra-driver/internal/standin/apiserver"
@@ -26,36 +27,10 @@ import (
 // deallocated, then once it is deleted.
 func TestFollow(t *testing.T) {
 	const node = "node-1"
-	data, err := os.ReadFile("../../../pkg/nodeplugin/testdata/slices/dgxh100.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	printed, err := parseSlices(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Resources(printed)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := apiserver.NodeClient(node)
-	f, err := Follow(ctx, client, "gpu.dra.dev", map[string]resourceslice.DriverResources{node: res}, devicemodel.ReservePolicy{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
-
-	stored := func() []string {
-		var names []string
-		for _, s := range f.nodes[node].stored.Slices(node) {
-			for _, d := range s.Spec.Devices {
-				names = append(names, d.Name)
-			}
-		}
-		return names
-	}
+	client, printed, f := followDGX(t, ctx, node, devicemodel.ReservePolicy{})
+	stored := func() []string { return storedDevices(f, node) }
 	all, ofGPU0 := 0, 0 // devices, those carved from gpu-0
 	for _, s := range printed {
 		all += len(s.Spec.Devices)
@@ -134,27 +109,9 @@ func TestFollow(t *testing.T) {
 // plugin's tracker does.
 func TestFollowReserve(t *testing.T) {
 	const node = "node-1"
-	data, err := os.ReadFile("../../../pkg/nodeplugin/testdata/slices/dgxh100.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	printed, err := parseSlices(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Resources(printed)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := apiserver.NodeClient(node)
-	f, err := Follow(ctx, client, "gpu.dra.dev", map[string]resourceslice.DriverResources{node: res},
-		devicemodel.ReservePolicy{SpareGPUs: 1, HoldSeconds: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
+	client, printed, f := followDGX(t, ctx, node, devicemodel.ReservePolicy{SpareGPUs: 1, HoldSeconds: 1})
 	carved := func(names []string, gpu string) (n int) {
 		for _, name := range names {
 			if strings.HasPrefix(name, gpu+"-") {
@@ -163,15 +120,7 @@ func TestFollowReserve(t *testing.T) {
 		}
 		return n
 	}
-	stored := func() []string {
-		var names []string
-		for _, s := range f.nodes[node].stored.Slices(node) {
-			for _, d := range s.Spec.Devices {
-				names = append(names, d.Name)
-			}
-		}
-		return names
-	}
+	stored := func() []string { return storedDevices(f, node) }
 	waitFor := func(what string, ok func(names []string) bool) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -217,4 +166,40 @@ func TestFollowReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("spare moved to gpu-1 once gpu-0 is held", onlySpare("gpu-1"))
+}
+
+// followDGX follows one node publishing the printed DGX H100 slices under
+// policy, stopped when the test ends.
+func followDGX(t *testing.T, ctx context.Context, node string, policy devicemodel.ReservePolicy) (kubernetes.Interface, []*resourceapi.ResourceSlice, *Followers) {
+	t.Helper()
+	data, err := os.ReadFile("../../../pkg/nodeplugin/testdata/slices/dgxh100.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed, err := parseSlices(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Resources(printed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := apiserver.NodeClient(node)
+	f, err := Follow(ctx, client, "gpu.dra.dev", map[string]resourceslice.DriverResources{node: res}, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return client, printed, f
+}
+
+// storedDevices names the devices stored in node's slices now.
+func storedDevices(f *Followers, node string) []string {
+	var names []string
+	for _, s := range f.nodes[node].stored.Slices(node) {
+		for _, d := range s.Spec.Devices {
+			names = append(names, d.Name)
+		}
+	}
+	return names
 }
