@@ -22,6 +22,16 @@ case ${1:-} in
 esac
 export GDD_STATE_DIR
 
+# The baseline is the machine without any cluster of ours: an earlier run that
+# was killed (not shut down) may have left forwarding on and a note of the value
+# before it, which up.sh's clean-up restores. Clean up first, then read it.
+for c in "${GDD_COMPONENTS[@]}"; do
+	! gdd_pid "$c" >/dev/null || gdd_die "a cluster is running in $GDD_STATE_DIR ($c); stop it with hack/cluster/down.sh first"
+done
+if [[ -n $(find "$GDD_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name logs 2>/dev/null) ]]; then
+	gdd_log "cleaning up after an earlier run in $GDD_STATE_DIR before the check"
+	./down.sh --state-dir "$GDD_STATE_DIR" --quiet
+fi
 forward=$(sysctl -n net.ipv4.ip_forward) # up.sh may turn it on; down.sh must restore it
 ./up.sh --no-build --nodes 2 >/dev/null 2>&1 &
 up=$!
