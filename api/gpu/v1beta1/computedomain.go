@@ -14,11 +14,13 @@ var ComputeDomainResource = GroupVersion.WithResource("computedomains")
 // ComputeDomain is a multi-node NVLink (IMEX) domain: the pods of one job
 // spread over several trays of an NVLink rack (GB200 NVL72) that share GPU
 // memory across nodes. A job creates it beside its pods. The driver's
-// controller creates the domain's channel claim, a ResourceClaim named by
-// spec.channel.resourceClaimName; the pods that belong to the domain are those
-// that reference it. The claim is one IMEX channel of one NVLink clique,
-// allocated once: its allocation restricts every pod that shares it to the
-// nodes of that clique, and no other domain gets the same channel. The nodes
+// controller reserves a channel number for the domain (status.channel) and
+// creates either its shared channel claim (spec.channel.resourceClaimName)
+// or its claim template (spec.channel.resourceClaimTemplateName); the pods
+// that belong to the domain are those that reference it. Every claim of the
+// domain is that channel number from one NVLink clique's pool, which
+// restricts its pod to the nodes of that clique; no other live domain has
+// the same number. The nodes
 // of the domain are the nodes those pods land on: there is no node count to
 // decide up front. On each node with a pod of the domain the driver
 // runs the domain's IMEX daemon, with the other nodes as its peers, from the
@@ -73,15 +75,27 @@ type ComputeDomainSpec struct {
 	Lifetime *ComputeDomainLifetime `json:"lifetime,omitempty"`
 }
 
-// ComputeDomainChannel describes the channel claim of a domain.
+// ComputeDomainChannel describes the channel claims of a domain: exactly
+// one of ResourceClaimName and ResourceClaimTemplateName is set.
 type ComputeDomainChannel struct {
 	// ResourceClaimName names the ResourceClaim, in the domain's namespace,
 	// that the driver's controller creates for the domain's channel (with a
 	// ComputeDomainChannelConfig naming the domain); a pod belongs to the
 	// domain when it references the claim (resourceClaimName). A shared
-	// claim rather than a template: its single allocation puts every pod of
-	// the domain into one NVLink clique. A DNS subdomain name; required.
-	ResourceClaimName string `json:"resourceClaimName"`
+	// claim: its single allocation puts every pod of the domain into one
+	// NVLink clique. Under Volcano a gang of pods sharing one claim is
+	// never placed (docs/compute-domains.md, "Scheduling"); use
+	// ResourceClaimTemplateName there. A DNS subdomain name.
+	// +optional
+	ResourceClaimName string `json:"resourceClaimName,omitempty"`
+	// ResourceClaimTemplateName names the ResourceClaimTemplate, in the
+	// domain's namespace, that the driver's controller creates for the
+	// domain: each pod that references it (resourceClaimTemplateName) gets
+	// its own claim of the domain's channel number (status.channel) in
+	// its clique's pool, and belongs to the domain. NVIDIA's layout. A DNS
+	// subdomain name.
+	// +optional
+	ResourceClaimTemplateName string `json:"resourceClaimTemplateName,omitempty"`
 	// AllocationMode says which channels a pod gets. Single (the default):
 	// its domain's one channel. NVIDIA's All (every channel of the
 	// node) is not offered: it lets a pod into other domains' channels.
@@ -145,6 +159,12 @@ type ComputeDomainStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Channel is the IMEX channel number the controller reserved for the
+	// domain: no other live domain has it. Every channel claim of the
+	// domain selects this channel, and the nodes refuse a claim of the
+	// domain with another one. Unset until reserved.
+	// +optional
+	Channel *int32 `json:"channel,omitempty"`
 }
 
 // ComputeDomainNode is one node of a domain.

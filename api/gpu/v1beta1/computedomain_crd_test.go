@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -62,6 +63,22 @@ func TestComputeDomainCRD(t *testing.T) {
 	mode := crdSchema(t, crd, "spec", "channel", "allocationMode")
 	if got := enum(mode); !slices.Equal(got, asStrings(channelAllocationModes)) || mode["default"] != string(SingleChannel) {
 		t.Errorf("allocationMode enum %v default %v", got, mode["default"])
+	}
+	channel := crdSchema(t, crd, "spec", "channel")
+	if _, required := channel["required"]; required {
+		t.Errorf("spec.channel requires %v; it needs exactly one of its two names", channel["required"])
+	}
+	rules := fmt.Sprint(channel["x-kubernetes-validations"])
+	for _, f := range []string{"resourceClaimName", "resourceClaimTemplateName"} {
+		if node := crdSchema(t, crd, "spec", "channel", f); node["maxLength"] != float64(253) {
+			t.Errorf("%s maxLength %v, want 253 (a DNS subdomain)", f, node["maxLength"])
+		}
+		if !strings.Contains(rules, "has(self."+f+")") {
+			t.Errorf("spec.channel's rules %s do not check %s", rules, f)
+		}
+	}
+	if ch := crdSchema(t, crd, "status", "channel"); ch["type"] != "integer" || ch["minimum"] != float64(0) {
+		t.Errorf("status.channel %v, want a non-negative integer", ch)
 	}
 	policy := crdSchema(t, crd, "spec", "lifetime", "policy")
 	if got := enum(policy); !slices.Equal(got, asStrings(lifetimePolicies)) || policy["default"] != string(LifetimeWithOwner) {

@@ -22,10 +22,18 @@ func TestComputeDomainValidate(t *testing.T) {
 		"after last pod": {func(d *ComputeDomain) {
 			d.Spec.Lifetime = &ComputeDomainLifetime{Policy: LifetimeAfterLastPod, GracePeriodSeconds: grace(0)}
 		}, nil},
-		"with owner":     {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{Policy: LifetimeWithOwner} }, nil},
-		"single":         {func(d *ComputeDomain) { d.Spec.Channel.AllocationMode = SingleChannel }, nil},
-		"no template":    {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimName = "" }, []string{"spec.channel.resourceClaimName: Required value"}},
-		"template name":  {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimName = "Job_Channel" }, []string{`spec.channel.resourceClaimName: Invalid value: "Job_Channel"`}},
+		"with owner": {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{Policy: LifetimeWithOwner} }, nil},
+		"single":     {func(d *ComputeDomain) { d.Spec.Channel.AllocationMode = SingleChannel }, nil},
+		"no claim":   {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimName = "" }, []string{"spec.channel.resourceClaimName: Required value: or resourceClaimTemplateName"}},
+		"claim name": {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimName = "Job_Channel" }, []string{`spec.channel.resourceClaimName: Invalid value: "Job_Channel"`}},
+		"template": {func(d *ComputeDomain) {
+			d.Spec.Channel = ComputeDomainChannel{ResourceClaimTemplateName: "job-channel"}
+		}, nil},
+		"template name": {func(d *ComputeDomain) {
+			d.Spec.Channel = ComputeDomainChannel{ResourceClaimTemplateName: "Job_Channel"}
+		}, []string{`spec.channel.resourceClaimTemplateName: Invalid value: "Job_Channel"`}},
+		"claim and template": {func(d *ComputeDomain) { d.Spec.Channel.ResourceClaimTemplateName = "job-channel" },
+			[]string{"spec.channel.resourceClaimTemplateName: Forbidden: may not be set with resourceClaimName"}},
 		"all channels":   {func(d *ComputeDomain) { d.Spec.Channel.AllocationMode = "All" }, []string{`spec.channel.allocationMode: Unsupported value: "All": supported values: "Single"`}},
 		"policy":         {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{Policy: "Forever"} }, []string{`spec.lifetime.policy: Unsupported value: "Forever"`}},
 		"grace w/o pods": {func(d *ComputeDomain) { d.Spec.Lifetime = &ComputeDomainLifetime{GracePeriodSeconds: grace(5)} }, []string{`spec.lifetime.gracePeriodSeconds: Forbidden: may only be set when policy is "AfterLastPod", not "WithOwner"`}},

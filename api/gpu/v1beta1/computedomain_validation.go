@@ -46,12 +46,22 @@ func (d *ComputeDomain) Validate() field.ErrorList {
 
 func (c *ComputeDomainChannel) validate(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	name := path.Child("resourceClaimName")
-	if c.ResourceClaimName == "" {
-		errs = append(errs, field.Required(name, "the ResourceClaim the controller creates for the domain's channel and its pods reference"))
-	} else {
-		for _, msg := range validation.NameIsDNSSubdomain(c.ResourceClaimName, false) {
-			errs = append(errs, field.Invalid(name, c.ResourceClaimName, msg))
+	claim, tmpl := path.Child("resourceClaimName"), path.Child("resourceClaimTemplateName")
+	switch {
+	case c.ResourceClaimName == "" && c.ResourceClaimTemplateName == "":
+		errs = append(errs, field.Required(claim, "or resourceClaimTemplateName: the ResourceClaim (shared) or ResourceClaimTemplate (a claim per pod) the controller creates for the domain's channel and its pods reference"))
+	case c.ResourceClaimName != "" && c.ResourceClaimTemplateName != "":
+		errs = append(errs, field.Forbidden(tmpl, "may not be set with resourceClaimName: a domain's pods use either one shared claim or a claim each"))
+	}
+	for _, f := range []struct {
+		path *field.Path
+		name string
+	}{{claim, c.ResourceClaimName}, {tmpl, c.ResourceClaimTemplateName}} {
+		if f.name == "" {
+			continue
+		}
+		for _, msg := range validation.NameIsDNSSubdomain(f.name, false) {
+			errs = append(errs, field.Invalid(f.path, f.name, msg))
 		}
 	}
 	if c.AllocationMode != "" && !slices.Contains(channelAllocationModes, c.AllocationMode) {

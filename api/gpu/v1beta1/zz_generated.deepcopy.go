@@ -195,6 +195,11 @@ func (in *ComputeDomainStatus) DeepCopyInto(out *ComputeDomainStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Channel != nil {
+		in, out := &in.Channel, &out.Channel
+		*out = new(int32)
+		**out = **in
+	}
 	return
 }
 
