@@ -447,7 +447,7 @@ func computeDomains(client kubernetes.Interface, nodeFactory informers.SharedInf
 	claimFactory := informers.NewSharedInformerFactory(client, 0)
 	domainFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	domains, err := computedomain.New(client, dyn, domainFactory.ForResource(gpuv1beta1.ComputeDomainResource),
-		claimFactory.Resource().V1().ResourceClaims(), computedomain.Options{DriverName: cfg.DriverName, PruneGracePeriod: cfg.ComputeDomainPruneGracePeriod})
+		claimFactory.Resource().V1().ResourceClaims(), computedomain.Options{DriverName: cfg.DriverName, Channels: cfg.IMEXChannelsPerClique, PruneGracePeriod: cfg.ComputeDomainPruneGracePeriod})
 	if err != nil {
 		return nil, nil, err
 	}

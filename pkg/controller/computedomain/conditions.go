@@ -27,6 +27,7 @@ const (
 	ReasonDaemonDisconnected = "DaemonDisconnected"
 	ReasonDaemonFailed       = "DaemonFailed"
 	ReasonClaimConflict      = "ClaimConflict"
+	ReasonNoFreeChannel      = "NoFreeChannel"
 	ReasonInvalid            = "Invalid"
 
 	ReasonPodsReserved = "PodsReserved"

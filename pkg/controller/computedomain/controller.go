@@ -40,6 +40,10 @@ func NodeFieldManager(node string) string { return "gpu.dra.dev/node-" + node }
 type Options struct {
 	// DriverName is the driver of the channel claims (gpu.dra.dev).
 	DriverName string
+	// Channels is the number of channel devices per clique
+	// (imexchannels.Options.Channels): channel numbers 0..Channels-1 are
+	// reserved for domains, one each.
+	Channels int
 	// PruneGracePeriod: see DefaultPruneGracePeriod.
 	PruneGracePeriod time.Duration
 	// Now is the clock (tests); nil: time.Now.
@@ -57,6 +61,9 @@ type Controller struct {
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
 
+	// reserveMu serialises channel reservations (reserveChannel).
+	reserveMu sync.Mutex
+
 	mu sync.Mutex
 	// noPodsSince is when the controller first saw a node entry
 	// (domain key + "/" + node) without a pod of the domain on its node.
@@ -73,6 +80,9 @@ type Controller struct {
 func New(client kubernetes.Interface, dyn dynamic.Interface, domainInformer informers.GenericInformer, claimInformer resourceinformers.ResourceClaimInformer, opts Options) (*Controller, error) {
 	if opts.DriverName == "" {
 		return nil, fmt.Errorf("compute domains: no driver name")
+	}
+	if opts.Channels <= 0 {
+		return nil, fmt.Errorf("compute domains: no channel count")
 	}
 	if opts.PruneGracePeriod <= 0 {
 		opts.PruneGracePeriod = DefaultPruneGracePeriod
@@ -212,14 +222,26 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 		return 0, c.setConditions(ctx, cd, u, notReady(ReasonInvalid, errs.ToAggregate().Error()))
 	}
 
-	claim, err := c.channelClaim(ctx, cd)
+	if cd.Spec.Channel.ResourceClaimTemplateName != "" {
+		return c.syncTemplate(ctx, cd, u)
+	}
+	cached, err := c.claims.ResourceClaims(ns).Get(cd.Spec.Channel.ResourceClaimName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	if err == nil && !metav1.IsControlledBy(cached, cd) {
+		return 0, c.claimConflict(ctx, cd, u, "ResourceClaim", cached.Name)
+	}
+	channel, err := c.reserveChannel(ctx, cd, u, cached)
+	if err != nil || channel == nil {
+		return noChannelRecheck, err
+	}
+	claim, err := c.channelClaim(ctx, cd, *channel)
 	if err != nil {
 		return 0, err
 	}
 	if !metav1.IsControlledBy(claim, cd) {
-		return 0, c.setConditions(ctx, cd, u, notReady(ReasonClaimConflict, fmt.Sprintf(
-			"ResourceClaim %s/%s exists and is not this ComputeDomain's: the controller leaves it alone; delete it or name another claim in a new ComputeDomain",
-			ns, claim.Name)))
+		return 0, c.claimConflict(ctx, cd, u, "ResourceClaim", claim.Name)
 	}
 
 	pods := podsOf(claim)
@@ -245,8 +267,35 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 	return minPositive(after, wait), err
 }
 
-// channelClaim returns the domain's claim, creating it when missing.
-func (c *Controller) channelClaim(ctx context.Context, cd *gpuv1beta1.ComputeDomain) (*resourceapi.ResourceClaim, error) {
+// syncTemplate reconciles a domain in template mode: its channel number,
+// its claim template and Ready from its node entries. Its pods' claims are
+// not followed (yet): no pruning, no PodsScheduled, no AfterLastPod.
+func (c *Controller) syncTemplate(ctx context.Context, cd *gpuv1beta1.ComputeDomain, u *unstructured.Unstructured) (time.Duration, error) {
+	channel, err := c.reserveChannel(ctx, cd, u, nil)
+	if err != nil || channel == nil {
+		return noChannelRecheck, err
+	}
+	tmpl, err := c.channelTemplate(ctx, cd, *channel)
+	if err != nil {
+		return 0, err
+	}
+	if !metav1.IsControlledBy(tmpl, cd) {
+		return 0, c.claimConflict(ctx, cd, u, "ResourceClaimTemplate", tmpl.Name)
+	}
+	return 0, c.setConditions(ctx, cd, u, readyCondition(cd.Status.Nodes))
+}
+
+// claimConflict sets Ready False: an object of the domain's claim or
+// template name exists and is not the domain's.
+func (c *Controller) claimConflict(ctx context.Context, cd *gpuv1beta1.ComputeDomain, u *unstructured.Unstructured, kind, name string) error {
+	return c.setConditions(ctx, cd, u, notReady(ReasonClaimConflict, fmt.Sprintf(
+		"%s %s/%s exists and is not this ComputeDomain's: the controller leaves it alone; delete it or name another in a new ComputeDomain",
+		kind, cd.Namespace, name)))
+}
+
+// channelClaim returns the domain's claim, creating it for the domain's
+// channel number when missing.
+func (c *Controller) channelClaim(ctx context.Context, cd *gpuv1beta1.ComputeDomain, channel int32) (*resourceapi.ResourceClaim, error) {
 	name := cd.Spec.Channel.ResourceClaimName
 	claim, err := c.claims.ResourceClaims(cd.Namespace).Get(name)
 	if err == nil {
@@ -255,7 +304,7 @@ func (c *Controller) channelClaim(ctx context.Context, cd *gpuv1beta1.ComputeDom
 	if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	claim, err = c.client.ResourceV1().ResourceClaims(cd.Namespace).Create(ctx, ChannelClaim(cd, c.opts.DriverName), metav1.CreateOptions{FieldManager: FieldManager})
+	claim, err = c.client.ResourceV1().ResourceClaims(cd.Namespace).Create(ctx, ChannelClaim(cd, c.opts.DriverName, channel), metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) { // not in the cache yet: read it
 		claim, err = c.client.ResourceV1().ResourceClaims(cd.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}

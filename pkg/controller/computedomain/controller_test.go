@@ -40,7 +40,8 @@ func TestCreatesChannelClaim(t *testing.T) {
 	e.sync(t, "training")
 	got := e.claim(t, "training-channel")
 	want := `{"metadata":{"name":"training-channel","namespace":"team","ownerReferences":[{"apiVersion":"gpu.dra.dev/v1beta1","kind":"ComputeDomain","name":"training","uid":"uid-training","controller":true,"blockOwnerDeletion":false}]},` +
-		`"spec":{"devices":{"requests":[{"name":"channel","exactly":{"deviceClassName":"imex-channel.gpu.dra.dev","allocationMode":"ExactCount","count":1}}],` +
+		`"spec":{"devices":{"requests":[{"name":"channel","exactly":{"deviceClassName":"imex-channel.gpu.dra.dev",` +
+		`"selectors":[{"cel":{"expression":"device.attributes[\"gpu.dra.dev\"].channel == 0"}}],"allocationMode":"ExactCount","count":1}}],` +
 		`"config":[{"requests":["channel"],"opaque":{"driver":"gpu.dra.dev","parameters":{"kind":"ComputeDomainChannelConfig","apiVersion":"gpu.dra.dev/v1beta1","domainName":"training"}}}]}},"status":{}}`
 	got.TypeMeta, got.ResourceVersion, got.CreationTimestamp, got.ManagedFields = metav1.TypeMeta{}, "", metav1.Time{}, nil
 	if diff := cmp.Diff(want, string(mustJSON(t, got))); diff != "" {
@@ -49,6 +50,9 @@ func TestCreatesChannelClaim(t *testing.T) {
 	// The webhook and the nodes' plugins decode the config as the driver's.
 	if _, err := opaqueconfig.DecodeDefaultValidate(got.Spec.Devices.Config[0].Opaque.Parameters.Raw); err != nil {
 		t.Errorf("the claim's config does not decode: %v", err)
+	}
+	if k := e.get(t, "training").Status.Channel; k == nil || *k != 0 {
+		t.Errorf("status.channel %v, want 0 (the claim's selector)", k)
 	}
 	if c := condition(t, e.get(t, "training"), ConditionReady); c.Reason != ReasonNoNodes || c.Status != metav1.ConditionFalse {
 		t.Errorf("Ready %+v, want False NoNodes", c)

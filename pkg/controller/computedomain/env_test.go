@@ -79,6 +79,7 @@ func newEnv(t *testing.T, typed []runtime.Object, domains ...*gpuv1beta1.Compute
 		map[schema.GroupVersionResource]string{gpuv1beta1.ComputeDomainResource: "ComputeDomainList"}, objs...)
 	applyAsServer(dyn)
 	deleteAsServer(dyn)
+	updateAsServer(dyn)
 	return startEnv(t, client, dyn, time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 }
 
@@ -90,7 +91,7 @@ func startEnv(t *testing.T, client *fake.Clientset, dyn *dynamicfake.FakeDynamic
 	typedFactory := informers.NewSharedInformerFactory(client, 0)
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	c, err := New(client, dyn, dynFactory.ForResource(gpuv1beta1.ComputeDomainResource), typedFactory.Resource().V1().ResourceClaims(),
-		Options{DriverName: driver, PruneGracePeriod: time.Minute, Now: func() time.Time { return e.now }})
+		Options{DriverName: driver, Channels: 4, PruneGracePeriod: time.Minute, Now: func() time.Time { return e.now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +213,24 @@ func applyAsServer(dyn *dynamicfake.FakeDynamicClient) {
 func bumpResourceVersion(u *unstructured.Unstructured) {
 	rv, _ := strconv.Atoi(u.GetResourceVersion())
 	u.SetResourceVersion(strconv.Itoa(rv + 1))
+}
+
+// updateAsServer makes the fake dynamic client check an update's resource
+// version, the optimistic lock, and bump it, as the API server does.
+func updateAsServer(dyn *dynamicfake.FakeDynamicClient) {
+	dyn.PrependReactor("update", "computedomains", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		u := action.(k8stesting.UpdateActionImpl).GetObject().(*unstructured.Unstructured).DeepCopy()
+		obj, err := dyn.Tracker().Get(gpuv1beta1.ComputeDomainResource, u.GetNamespace(), u.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if cur := obj.(*unstructured.Unstructured).GetResourceVersion(); u.GetResourceVersion() != cur {
+			return true, nil, apierrors.NewConflict(gpuv1beta1.ComputeDomainResource.GroupResource(), u.GetName(),
+				fmt.Errorf("the object has been modified: resourceVersion %q, have %q", u.GetResourceVersion(), cur))
+		}
+		bumpResourceVersion(u)
+		return true, u, dyn.Tracker().Update(gpuv1beta1.ComputeDomainResource, u, u.GetNamespace())
+	})
 }
 
 // deleteAsServer makes the fake dynamic client check a delete's

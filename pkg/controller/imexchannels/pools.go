@@ -1,10 +1,13 @@
 // Package imexchannels publishes the IMEX channels of every NVLink clique
 // as ResourceSlices: one pool per clique (vocabulary.ChannelPoolName), whose
 // node selector is the clique's node label (vocabulary.LabelClique, written
-// by pkg/controller/nodelabels). A ComputeDomain's shared channel claim,
-// allocated once from such a pool, keeps every pod that shares it on the
-// clique's nodes, and no two domains get the same channel of a clique
-// (docs/compute-domains.md). After the chart's compat.nvidia switch it
+// by pkg/controller/nodelabels). Every channel claim of a ComputeDomain
+// selects the domain's channel number (status.channel, reserved by
+// pkg/controller/computedomain); allocated from such a pool it keeps its
+// pod on the clique's nodes. A channel device may be allocated many times
+// (allowMultipleAllocations): to each pod's claim of a domain in template
+// mode. The controller's reservation, not the allocator, keeps two domains
+// off one channel (docs/compute-domains.md). After the chart's compat.nvidia switch it
 // deletes the pools it published under the other driver name
 // (leftovers.go).
 package imexchannels
@@ -81,7 +84,9 @@ func Resources(cliques []string, channels int) *resourceslice.DriverResources {
 }
 
 // devices are a clique's channel devices. Attribute names are unqualified,
-// so in the driver's domain, as on the nodes' devices.
+// so in the driver's domain, as on the nodes' devices. Each may be
+// allocated to many claims: the claims of one domain, each pod its own
+// (DRAConsumableCapacity, beta and on by default since Kubernetes 1.36).
 func devices(clique string, channels int) []resourceapi.Device {
 	cluster := clusterUUID(clique)
 	out := make([]resourceapi.Device, channels)
@@ -94,7 +99,7 @@ func devices(clique string, channels int) []resourceapi.Device {
 		if cluster != "" {
 			attrs[vocabulary.AttrClusterUUID] = resourceapi.DeviceAttribute{StringValue: ptr.To(cluster)}
 		}
-		out[n] = resourceapi.Device{Name: vocabulary.ChannelDeviceName(n), Attributes: attrs}
+		out[n] = resourceapi.Device{Name: vocabulary.ChannelDeviceName(n), Attributes: attrs, AllowMultipleAllocations: ptr.To(true)}
 	}
 	return out
 }
