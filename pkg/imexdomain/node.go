@@ -16,6 +16,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -111,13 +112,18 @@ func (n *Node) DeviceNode(i int) (string, error) {
 	return node, nil
 }
 
-// Lookup returns the UID of ComputeDomain namespace/name.
-func (n *Node) Lookup(ctx context.Context, namespace, name string) (types.UID, error) {
-	cd, err := n.opts.Client.Resource(gpuv1beta1.ComputeDomainResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+// Lookup reads ComputeDomain namespace/name from the API server: its UID
+// and the channel number reserved for it (status.channel).
+func (n *Node) Lookup(ctx context.Context, namespace, name string) (*gpuv1beta1.ComputeDomain, error) {
+	u, err := n.opts.Client.Resource(gpuv1beta1.ComputeDomainResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("ComputeDomain %s/%s (the channel config's domainName): %w", namespace, name, err)
+		return nil, fmt.Errorf("ComputeDomain %s/%s (the channel config's domainName): %w", namespace, name, err)
 	}
-	return cd.GetUID(), nil
+	cd := &gpuv1beta1.ComputeDomain{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cd); err != nil {
+		return nil, fmt.Errorf("ComputeDomain %s/%s: %w", namespace, name, err)
+	}
+	return cd, nil
 }
 
 // Join starts or joins the domain's daemon for claim, with the peers the

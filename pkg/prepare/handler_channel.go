@@ -26,8 +26,9 @@ type Channels interface {
 	// DeviceNode is channel n's device node (a path below the driver
 	// root), or an error when the node does not have the channel.
 	DeviceNode(n int) (string, error)
-	// Lookup returns the UID of the ComputeDomain namespace/name.
-	Lookup(ctx context.Context, namespace, name string) (types.UID, error)
+	// Lookup returns the ComputeDomain namespace/name as the API server
+	// has it: its UID and reserved channel (status.channel).
+	Lookup(ctx context.Context, namespace, name string) (*gpuv1beta1.ComputeDomain, error)
 	// Join starts or joins the domain's IMEX daemon for the claim and
 	// writes the node's status entry; Leave undoes it, tolerating a claim
 	// that never joined.
@@ -50,6 +51,9 @@ const lockIMEX = "imex-channels"
 // channel's clique and has the channel.
 func (d *Engine) planChannel(claim *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult, clique string) (checkpoint.PreparedDevice, error) {
 	pd := checkpoint.PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Kind: vocabulary.KindIMEXChannel}
+	if r.ShareID != nil { // a channel device is allocated to every claim of its domain
+		pd.ShareID = string(*r.ShareID)
+	}
 	if d.opts.Channels == nil {
 		return pd, fmt.Errorf("request %q: device %s of pool %s is an IMEX channel: this node's plugin runs no IMEX daemons", r.Request, r.Device, r.Pool)
 	}
@@ -110,19 +114,44 @@ func (channelHandler) prepare(ctx context.Context, d *Engine, entry *checkpoint.
 	if pd.IMEXChannel == nil || d.opts.Channels == nil {
 		return fmt.Errorf("device %s: no IMEX channel record", pd.Device)
 	}
-	uid, err := d.opts.Channels.Lookup(ctx, entry.Namespace, pd.IMEXChannel.DomainName)
+	cd, err := d.opts.Channels.Lookup(ctx, entry.Namespace, pd.IMEXChannel.DomainName)
 	if err != nil {
+		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	if err := checkDomainChannel(cd, pd); err != nil {
 		return fmt.Errorf("device %s: %w", pd.Device, err)
 	}
 	// Recorded before the daemon is joined: a crash after the join leaves
 	// a record that unprepare and recovery release.
-	pd.IMEXChannel.DomainUID = string(uid)
+	pd.IMEXChannel.DomainUID = string(cd.UID)
 	if err := d.put(ctx, entry); err != nil {
 		return err
 	}
 	d.fault(FaultPrepareIMEXDomainRecorded)
 	if err := d.opts.Channels.Join(ctx, domainOf(pd), string(entry.UID)); err != nil {
 		return fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	return nil
+}
+
+// checkDomainChannel refuses a channel the domain did not reserve. Channel
+// devices may be allocated many times, so what keeps two domains off one
+// channel is dra-controller's reservation (status.channel, unique among
+// live domains), which every claim the controller makes for the domain
+// selects: another channel is a claim made by hand or a stale one, and
+// would let the pod into another domain's channel. A domain without a
+// reservation is refused in template mode; a shared claim's domain from
+// before reservations is let through (its claim was allocated when the
+// allocator still kept channels apart), until the controller adopts it.
+func checkDomainChannel(cd *gpuv1beta1.ComputeDomain, pd *checkpoint.PreparedDevice) error {
+	n := pd.IMEXChannel.Channel
+	switch k := cd.Status.Channel; {
+	case k == nil && cd.Spec.Channel.ResourceClaimTemplateName != "":
+		return fmt.Errorf("ComputeDomain %s/%s has no IMEX channel reserved (status.channel is unset): "+
+			"claims from its template %s are prepared once dra-controller has reserved one", cd.Namespace, cd.Name, cd.Spec.Channel.ResourceClaimTemplateName)
+	case k != nil && int(*k) != n:
+		return fmt.Errorf("the claim has IMEX channel %d, ComputeDomain %s/%s has channel %d (status.channel): "+
+			"a compute domain's claims get only its own channel", n, cd.Namespace, cd.Name, *k)
 	}
 	return nil
 }
@@ -150,7 +179,7 @@ func (channelHandler) containerEdits(_ *Engine, _ *devicemodel.Published, pd *ch
 // the record, for a rebuilt checkpoint.
 func (d *Engine) channelEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, error) {
 	cd := cdi.ClaimDevice{Name: pd.Device, DeviceRecord: cdi.DeviceRecord{
-		Request: pd.Request, Pool: pd.Pool, Device: pd.Device, Kind: pd.Kind,
+		Request: pd.Request, Pool: pd.Pool, Device: pd.Device, ShareID: pd.ShareID, Kind: pd.Kind,
 	}}
 	if pd.IMEXChannel == nil {
 		return cd, fmt.Errorf("device %s: no IMEX channel record", pd.Device)
@@ -187,13 +216,27 @@ func (channelHandler) durableStart() bool { return true }
 
 func (channelHandler) strategy(*checkpoint.PreparedDevice) gpuv1beta1.SharingStrategy { return "" }
 
-// conflict: a channel is no GPU; two claims of one channel would be two
-// domains on it.
+// conflict: a channel is no GPU. Claims of one domain share its channel
+// (a claim per pod, from the domain's template); claims of two domains on
+// one channel would open each domain's memory to the other.
 func (channelHandler) conflict(_ string, a, b checkpoint.PreparedDevice) string {
-	if a.Device == b.Device && a.Pool == b.Pool {
-		return sameDevice(b)
+	if a.Device != b.Device || a.Pool != b.Pool {
+		return ""
 	}
-	return ""
+	if sameDomain(a.IMEXChannel, b.IMEXChannel) {
+		return ""
+	}
+	return sameDevice(b)
+}
+
+// sameDomain: both records name one domain. A planned record has no UID
+// yet (it is looked up at prepare); the daemon's join tells a domain
+// recreated under the same name from the one the node serves.
+func sameDomain(a, b *checkpoint.IMEXChannel) bool {
+	if a == nil || b == nil || a.DomainNamespace != b.DomainNamespace || a.DomainName != b.DomainName {
+		return false
+	}
+	return a.DomainUID == "" || b.DomainUID == "" || a.DomainUID == b.DomainUID
 }
 
 // HeldDomains lists the compute domains the checkpoint's channels hold, with

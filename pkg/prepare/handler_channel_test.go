@@ -11,8 +11,11 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
+	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imexdomain"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -22,7 +25,7 @@ import (
 // (joined) outlive an engine's crash, as the real ones do.
 type fakeChannels struct {
 	clique  string
-	domains map[string]types.UID // ComputeDomains in namespace ns, by name
+	domains map[string]*gpuv1beta1.ComputeDomain // in namespace ns, by name
 	mu      sync.Mutex
 	joined  map[types.UID][]string
 }
@@ -36,11 +39,11 @@ func (f *fakeChannels) DeviceNode(n int) (string, error) {
 	return vocabulary.ChannelDevNode(n), nil
 }
 
-func (f *fakeChannels) Lookup(_ context.Context, namespace, name string) (types.UID, error) {
-	if uid, ok := f.domains[name]; ok && namespace == "ns" {
-		return uid, nil
+func (f *fakeChannels) Lookup(_ context.Context, namespace, name string) (*gpuv1beta1.ComputeDomain, error) {
+	if cd, ok := f.domains[name]; ok && namespace == "ns" {
+		return cd.DeepCopy(), nil
 	}
-	return "", fmt.Errorf("ComputeDomain %s/%s: not found", namespace, name)
+	return nil, fmt.Errorf("ComputeDomain %s/%s: not found", namespace, name)
 }
 
 func (f *fakeChannels) Join(_ context.Context, d imexdomain.Domain, claim string) error {
@@ -89,8 +92,37 @@ const (
 	channelConfig = `{"apiVersion":"gpu.dra.dev/v1beta1","kind":"ComputeDomainChannelConfig","domainName":"training"}`
 )
 
+// fakeDomain is a ComputeDomain of namespace ns: in template mode or with
+// a shared claim, with a reserved channel or none.
+func fakeDomain(name string, template bool, channel *int32) *gpuv1beta1.ComputeDomain {
+	cd := &gpuv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid")}}
+	if template {
+		cd.Spec.Channel.ResourceClaimTemplateName = name + "-channel"
+	} else {
+		cd.Spec.Channel.ResourceClaimName = name + "-channel"
+	}
+	cd.Status.Channel = channel
+	return cd
+}
+
+// newChannels serves "training", a shared claim's domain from before
+// channel numbers, "train" and "eval", in template mode with channels 5
+// and 3, "fresh", in template mode without a channel yet, and "shared", a
+// shared claim's domain with channel 3.
 func newChannels() *fakeChannels {
-	return &fakeChannels{clique: trayClique, domains: map[string]types.UID{"training": "training-uid"}, joined: map[types.UID][]string{}}
+	return &fakeChannels{clique: trayClique, domains: map[string]*gpuv1beta1.ComputeDomain{
+		"training": fakeDomain("training", false, nil),
+		"train":    fakeDomain("train", true, ptr.To[int32](5)),
+		"eval":     fakeDomain("eval", true, ptr.To[int32](3)),
+		"fresh":    fakeDomain("fresh", true, nil),
+		"shared":   fakeDomain("shared", false, ptr.To[int32](3)),
+	}, joined: map[types.UID][]string{}}
+}
+
+// domainConfig is the channel config naming a domain.
+func domainConfig(domain string) resourceapi.DeviceAllocationConfiguration {
+	return opaque(resourceapi.AllocationConfigSourceClaim, testDriver,
+		fmt.Sprintf(`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"ComputeDomainChannelConfig","domainName":%q}`, domain))
 }
 
 // channelClaimOf is a channel claim allocated from clique's pool.
@@ -118,6 +150,12 @@ func TestPrepareChannelRefusals(t *testing.T) {
 		{"GPU config", true, channelClaimOf("c", trayClique, "channel-1", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, exclusive)), "the claim has a GpuConfig"},
 		{"unknown domain", true, channelClaimOf("c", trayClique, "channel-1", opaque(resourceapi.AllocationConfigSourceClaim, testDriver,
 			`{"apiVersion":"gpu.dra.dev/v1beta1","kind":"ComputeDomainChannelConfig","domainName":"nope"}`)), "ComputeDomain ns/nope: not found"},
+		{"not the domain's channel", true, channelClaimOf("c", trayClique, "channel-1", domainConfig("train")),
+			"the claim has IMEX channel 1, ComputeDomain ns/train has channel 5 (status.channel)"},
+		{"not the shared domain's channel", true, channelClaimOf("c", trayClique, "channel-1", domainConfig("shared")),
+			"the claim has IMEX channel 1, ComputeDomain ns/shared has channel 3 (status.channel)"},
+		{"template domain without a channel", true, channelClaimOf("c", trayClique, "channel-1", domainConfig("fresh")),
+			"ComputeDomain ns/fresh has no IMEX channel reserved (status.channel is unset): claims from its template fresh-channel"},
 		{"missing channel", true, channelClaimOf("c", trayClique, "channel-99", cfg), "IMEX channel 99: this node has no such channel"},
 		{"not a channel", true, channelClaimOf("c", trayClique, "gpu-0", cfg), `device "gpu-0" is not an IMEX channel`},
 		{"channel config on a GPU", true, allocated("g", []string{"gpu-0"}, cfg), "device gpu-0 is a whole GPU: a ComputeDomainChannelConfig does not apply to it"},
@@ -204,5 +242,80 @@ func TestChannelRebuiltFromSpec(t *testing.T) {
 	}
 	if got := f.daemons(); len(got) != 0 {
 		t.Errorf("daemons %v left", got)
+	}
+}
+
+// The per-pod claims of a template-mode domain on one node share its
+// channel and its one daemon; a claim of another domain on that channel is
+// refused while they hold it, and gets it once they are gone.
+func TestTemplateClaimsShareChannel(t *testing.T) {
+	f := newChannels()
+	opts, node := testOptionsOn(t, "gb200nvl72", Options{Channels: f})
+	f.clique = node.GPUs[0].CliqueID
+	d := startTestDriver(t, opts, node)
+	var claims []*resourceapi.ResourceClaim
+	for i := range 4 {
+		claim := channelClaimOf(fmt.Sprintf("worker-%d-channel", i), f.clique, "channel-5", domainConfig("train"))
+		// The allocator gives each allocation of a multi-allocatable device a share ID.
+		claim.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID(fmt.Sprintf("share-%d", i)))
+		for range 2 { // the kubelet may prepare a claim again
+			if err := prepareOne(t, d, claim); err != nil {
+				t.Fatalf("worker %d: %v", i, err)
+			}
+		}
+		claims = append(claims, claim)
+	}
+	for _, c := range d.PreparedClaims() {
+		if got, want := c.Devices[0].ShareID, "share-"+c.Name[len("worker-"):len("worker-")+1]; got != want {
+			t.Errorf("claim %s recorded share ID %q, want %q (its allocation's)", c.Name, got, want)
+		}
+	}
+	if got := f.daemons(); !slices.Equal(got, []types.UID{"train-uid"}) {
+		t.Fatalf("daemons %v, want train's alone", got)
+	}
+	if got := len(f.joined["train-uid"]); got != 4 {
+		t.Errorf("train's daemon holds %d claims, want 4", got)
+	}
+	// "training" (no channel number, from before them) on channel 5.
+	other := channelClaimOf("other-channel", f.clique, "channel-5", domainConfig("training"))
+	if err := prepareOne(t, d, other); err == nil || !strings.Contains(err.Error(), "it is device channel-5") {
+		t.Fatalf("another domain's claim on channel 5: %v, want refused", err)
+	}
+	for _, claim := range claims {
+		if err := unprepareOne(t, d, claim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := prepareOne(t, d, other); err != nil {
+		t.Errorf("channel 5 once train's claims are gone: %v", err)
+	}
+}
+
+func TestChannelConflict(t *testing.T) {
+	rec := func(name, uid string) checkpoint.PreparedDevice {
+		return checkpoint.PreparedDevice{Pool: "imex-channels.c", Device: "channel-5", Kind: vocabulary.KindIMEXChannel,
+			IMEXChannel: &checkpoint.IMEXChannel{Channel: 5, DomainNamespace: "ns", DomainName: name, DomainUID: uid}}
+	}
+	for name, tc := range map[string]struct {
+		a, b checkpoint.PreparedDevice
+		want bool
+	}{
+		"one domain":          {rec("train", "u1"), rec("train", "u1"), false},
+		"one domain, planned": {rec("train", ""), rec("train", "u1"), false},
+		"two domains":         {rec("train", "u1"), rec("eval", "u2"), true},
+		"a domain recreated":  {rec("train", "u2"), rec("train", "u1"), true},
+		"another namespace's name": {rec("train", ""), func() checkpoint.PreparedDevice {
+			r := rec("train", "u1")
+			r.IMEXChannel.DomainNamespace = "other"
+			return r
+		}(), true},
+		"another channel": {rec("train", "u1"), func() checkpoint.PreparedDevice { r := rec("eval", "u2"); r.Device = "channel-3"; return r }(), false},
+		"no record":       {rec("train", "u1"), checkpoint.PreparedDevice{Pool: "imex-channels.c", Device: "channel-5", Kind: vocabulary.KindIMEXChannel}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := (channelHandler{}).conflict("", tc.a, tc.b) != ""; got != tc.want {
+				t.Errorf("conflict = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -73,16 +73,28 @@ func (r *run) preparedChannel(c *claim) {
 }
 
 // computeDomain is the ComputeDomain name as the campaign's API holds it,
-// with claimName as its channel claim: the campaign gives a domain several
-// channel claims at a time (as a user may add some beside the controller's),
-// which share the domain's daemon on the node.
+// with the channel number dra-controller reserved for it (status.channel:
+// its index among the campaign's domains, "domain-a" 0). Every other domain
+// is in template mode (a claim per pod, spec.channel.resourceClaimTemplateName),
+// the others have a shared claim named claimName. Either way the campaign
+// gives a domain several channel claims at a time, all of the domain's
+// channel, which share the domain's daemon on the node.
 func computeDomain(name, claimName string) *gpuv1beta1.ComputeDomain {
-	return &gpuv1beta1.ComputeDomain{
+	k := domainChannel(name)
+	cd := &gpuv1beta1.ComputeDomain{
 		TypeMeta:   metav1.TypeMeta{APIVersion: gpuv1beta1.GroupVersion.String(), Kind: gpuv1beta1.ComputeDomainKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: domainUID(name)},
 		Spec:       gpuv1beta1.ComputeDomainSpec{Channel: gpuv1beta1.ComputeDomainChannel{ResourceClaimName: claimName}},
+		Status:     gpuv1beta1.ComputeDomainStatus{Channel: &k},
 	}
+	if k%2 == 1 {
+		cd.Spec.Channel = gpuv1beta1.ComputeDomainChannel{ResourceClaimTemplateName: name + "-channel"}
+	}
+	return cd
 }
+
+// domainChannel is the channel number of domain-<letter>.
+func domainChannel(name string) int32 { return int32(name[len(name)-1] - 'a') }
 
 func domainUID(name string) types.UID { return types.UID(name + "-uid") }
 
@@ -200,7 +212,14 @@ func (r *run) newChannelClaim(name string) (*resourceapi.ResourceClaim, string) 
 	if domain == "" {
 		return nil, ""
 	}
-	return computedomain.ChannelClaim(computeDomain(domain, name), driverName), domain
+	cd := computeDomain(domain, name)
+	if cd.Spec.Channel.ResourceClaimTemplateName == "" {
+		return computedomain.ChannelClaim(cd, driverName, *cd.Status.Channel), domain
+	}
+	// A pod's claim, as the resource claim controller makes it from the
+	// domain's template.
+	tmpl := computedomain.ChannelClaimTemplate(cd, driverName, *cd.Status.Channel)
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cd.Namespace}, Spec: tmpl.Spec.Spec}, domain
 }
 
 // channelDomain picks the domain of a fresh channel claim, among those

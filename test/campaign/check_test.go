@@ -361,7 +361,8 @@ func hasShares(states map[string]shareState, uuid string) bool {
 // container runs (the kubelet holds it prepared and its pod has not
 // ended), and a whole GPU prepared for one is prepared for no other claim
 // in any form. Admin access (admin_test.go) is beside its holder, not a
-// second holder.
+// second holder. An IMEX channel is held by the claims of one domain
+// (checkChannels).
 func (r *run) checkExclusive(v *nodeView, fail func(string, ...any)) {
 	holders := map[string]string{} // device#share -> claim
 	onGPU := map[string][]string{} // GPU UUID -> claims with a device on it
@@ -372,7 +373,7 @@ func (r *run) checkExclusive(v *nodeView, fail func(string, ...any)) {
 			continue
 		}
 		for _, d := range e.Devices {
-			if d.AdminAccess {
+			if d.AdminAccess || d.Kind == vocabulary.KindIMEXChannel {
 				continue
 			}
 			key := d.Device + "#" + d.ShareID

@@ -12,9 +12,11 @@
 //
 // Compute domains (channels_test.go): the plugin runs with IMEX daemons
 // (cmd/imex-sim) and two or three ComputeDomains (the seed picks how many)
-// in a fake API of its own. Channel claims, as dra-controller creates them
-// (computedomain.ChannelClaim; a domain may have several at once, sharing
-// its daemon), are allocated by the upstream allocator from the channel
+// in a fake API of its own, each with its channel number (status.channel),
+// every other one in template mode. Channel claims, as dra-controller
+// creates them (computedomain.ChannelClaim, or a pod's claim from
+// computedomain.ChannelClaimTemplate; a domain may have several at once,
+// all of its channel, sharing its daemon), are allocated by the upstream allocator from the channel
 // pool of the node's clique (imexchannels.Resources, 32 channels; the node
 // carries the clique label nodelabels gives it). The DGX H100's GPUs have
 // an NVLink fabric, so a clique; its driver root gets the pool's channel
