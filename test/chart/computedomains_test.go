@@ -25,6 +25,7 @@ func TestComputeDomainsRenders(t *testing.T) {
 			want: []string{"--compute-domains=true", "--imex-channels-per-clique=32", "--compute-domain-prune-grace-period=5m",
 				"resources: [computedomains]\n  verbs: [get, list, watch, delete]", "resources: [computedomains/status]\n  verbs: [patch, update]",
 				"resources: [resourceclaims]\n  verbs: [get, list, watch, create]",
+				"resources: [resourceclaimtemplates] # the domains' channel templates\n  verbs: [get, create]",
 				"resources: [resourceslices]\n  verbs: [create, update, delete]",
 				"name: rel-gpu-dra-driver-controller-resourceslices", "name: rel-gpu-dra-driver-computedomain-status"},
 			notWant: []string{"kind: CustomResourceDefinition"}, // not without --include-crds
@@ -46,7 +47,7 @@ func TestComputeDomainsRenders(t *testing.T) {
 		"off": {
 			args:    []string{"--set", "controller.computeDomains.enabled=false,kubeletPlugin.imex.enabled=false"},
 			want:    []string{"--compute-domains=false"},
-			notWant: []string{"computedomains", "resources: [resourceclaims]\n  verbs: [get, list, watch, create]", "controller-resourceslices"},
+			notWant: []string{"computedomains", "resources: [resourceclaims]\n  verbs: [get, list, watch, create]", "the domains' channel templates", "controller-resourceslices"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

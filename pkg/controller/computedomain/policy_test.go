@@ -48,6 +48,16 @@ func withNodes(t *testing.T, u *unstructured.Unstructured, nodes ...gpuv1beta1.C
 	return out
 }
 
+// withStatusChannel returns a copy of u whose status.channel is k.
+func withStatusChannel(t *testing.T, u *unstructured.Unstructured, k int64) *unstructured.Unstructured {
+	t.Helper()
+	out := u.DeepCopy()
+	if err := unstructured.SetNestedField(out.Object, k, "status", "channel"); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func withIP(n gpuv1beta1.ComputeDomainNode, ip string) gpuv1beta1.ComputeDomainNode {
 	n.IPAddress = ip
 	return n
@@ -123,6 +133,13 @@ func TestStatusPolicy(t *testing.T) {
 		"tenant reorders entries":               {who: tenant, old: base, obj: withNodes(t, base, b, a)},
 		"tenant on a domain without status":     {who: tenant, old: noStatus, obj: noStatus},
 		"plugin adds its entry to a new domain": {who: onNode("tray-1"), old: noStatus, obj: withNodes(t, noStatus, a)},
+		// status.channel: the controller reserves it once; nobody changes it.
+		"controller reserves a channel": {who: &user.DefaultInfo{Name: controllerUser}, old: noStatus, obj: withStatusChannel(t, noStatus, 3)},
+		"controller changes the channel": {who: &user.DefaultInfo{Name: controllerUser}, old: base, obj: withStatusChannel(t, base, 3),
+			denied: "only the controller sets it, once; this request changes it from 0 to 3"},
+		"tenant sets a channel":      {who: tenant, old: noStatus, obj: withStatusChannel(t, noStatus, 3), denied: "changes it from -1 to 3"},
+		"tenant changes the channel": {who: tenant, old: base, obj: withStatusChannel(t, base, 5), denied: "changes it from 0 to 5"},
+		"plugin changes the channel": {who: onNode("tray-1"), old: base, obj: withStatusChannel(t, base, 5), denied: "changes it from 0 to 5"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			matched, denied := policy.Admit(t, vaptest.Request{Operation: admission.Update, Object: tc.obj, OldObject: tc.old,
