@@ -70,13 +70,35 @@ func rackTrays(t *testing.T, ctx context.Context) (clique string, rack []string,
 // createDomain creates a ComputeDomain and waits for the controller's channel claim.
 func createDomain(t *testing.T, ctx context.Context, ns, name string, lifetime *gpuv1beta1.ComputeDomainLifetime) {
 	t.Helper()
+	createDomainObject(t, ctx, ns, name, gpuv1beta1.ComputeDomainChannel{ResourceClaimName: name + "-channel"}, lifetime)
+	if err := poll(ctx, func(ctx context.Context) (bool, error) {
+		_, err := env.cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, name+"-channel", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("dra-controller created no claim %s-channel for ComputeDomain %s/%s: %v", name, ns, name, err)
+	}
+}
+
+// createTemplateDomain creates a ComputeDomain in template mode (a channel
+// claim per pod) and waits for the controller's claim template.
+func createTemplateDomain(t *testing.T, ctx context.Context, ns, name string) {
+	t.Helper()
+	createDomainObject(t, ctx, ns, name, gpuv1beta1.ComputeDomainChannel{ResourceClaimTemplateName: name + "-channel"}, nil)
+	if err := poll(ctx, func(ctx context.Context) (bool, error) {
+		_, err := env.cluster.Client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, name+"-channel", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		cd, _ := getDomain(ctx, ns, name)
+		t.Fatalf("dra-controller created no claim template %s-channel for ComputeDomain %s/%s: %v (status %+v)", name, ns, name, err, cd)
+	}
+}
+
+func createDomainObject(t *testing.T, ctx context.Context, ns, name string, channel gpuv1beta1.ComputeDomainChannel, lifetime *gpuv1beta1.ComputeDomainLifetime) {
+	t.Helper()
 	cd := &gpuv1beta1.ComputeDomain{
 		TypeMeta:   metav1.TypeMeta{APIVersion: gpuv1beta1.GroupVersion.String(), Kind: gpuv1beta1.ComputeDomainKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: gpuv1beta1.ComputeDomainSpec{
-			Channel:  gpuv1beta1.ComputeDomainChannel{ResourceClaimName: name + "-channel"},
-			Lifetime: lifetime,
-		},
+		Spec:       gpuv1beta1.ComputeDomainSpec{Channel: channel, Lifetime: lifetime},
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cd)
 	if err != nil {
@@ -84,12 +106,6 @@ func createDomain(t *testing.T, ctx context.Context, ns, name string, lifetime *
 	}
 	if _, err := domains(ns).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ComputeDomain %s/%s: %v", ns, name, err)
-	}
-	if err := poll(ctx, func(ctx context.Context) (bool, error) {
-		_, err := env.cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, name+"-channel", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("dra-controller created no claim %s-channel for ComputeDomain %s/%s: %v", name, ns, name, err)
 	}
 }
 
