@@ -10,10 +10,11 @@ import (
 //
 // A clique's IMEX channels are published by the controller as one pool per
 // NVLink clique, in slices whose node selector is the clique's node label, so
-// a domain's shared channel claim, allocated once, restricts every pod that
-// references it to the nodes of one clique, and no two domains get the same
-// channel of a clique. Each node's plugin prepares the channel for its pods
-// and runs the domain's IMEX daemon.
+// a channel claim restricts its pods to the nodes of one clique. Every claim
+// of a domain selects the channel number the controller reserved for the
+// domain (AttrChannel == status.channel), which no other live domain holds.
+// Each node's plugin prepares the channel for its pods and runs the domain's
+// IMEX daemon.
 const (
 	// KindIMEXChannel is an IMEX channel of an NVLink clique.
 	KindIMEXChannel Kind = "imex-channel"
