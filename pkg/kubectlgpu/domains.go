@@ -27,8 +27,12 @@ type DomainList struct {
 type Domain struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Claim is the shared channel claim the pods reference.
-	Claim string `json:"claim"`
+	// Claim is the shared channel claim the pods reference, Template the
+	// claim template they reference instead (template mode).
+	Claim    string `json:"claim"`
+	Template string `json:"template,omitempty"`
+	// Channel is the channel number the controller reserved for it.
+	Channel *int32 `json:"channel,omitempty"`
 	// Cliques are the cliques its nodes report (one, unless something is
 	// wrong).
 	Cliques []string `json:"cliques,omitempty"`
@@ -101,7 +105,8 @@ func LoadDomains(ctx context.Context, client dynamic.Interface, namespace string
 }
 
 func domainOf(cd *gpuv1beta1.ComputeDomain) Domain {
-	d := Domain{Namespace: cd.Namespace, Name: cd.Name, Claim: cd.Spec.Channel.ResourceClaimName, Ready: string(metav1.ConditionUnknown)}
+	d := Domain{Namespace: cd.Namespace, Name: cd.Name, Claim: cd.Spec.Channel.ResourceClaimName,
+		Template: cd.Spec.Channel.ResourceClaimTemplateName, Channel: cd.Status.Channel, Ready: string(metav1.ConditionUnknown)}
 	if c := meta.FindStatusCondition(cd.Status.Conditions, "Ready"); c != nil {
 		d.Ready, d.Reason, d.Message = string(c.Status), c.Reason, c.Message
 	}
@@ -121,8 +126,8 @@ func domainOf(cd *gpuv1beta1.ComputeDomain) Domain {
 
 // PrintDomains writes one row per node of each domain (a domain without
 // nodes gets one row), the domain's columns on its first row only. Wide
-// adds each node's channel and daemon message, the claim and the Ready
-// message.
+// adds each node's channel and daemon message, the claim (template/<name>
+// in template mode) and the Ready message.
 func PrintDomains(w io.Writer, list DomainList, wide bool) error {
 	tw := newTable(w)
 	header := []string{"NAMESPACE", "DOMAIN", "READY", "REASON", "CLIQUE", "NODE", "DAEMON", "UNREACHABLE"}
@@ -151,6 +156,9 @@ func PrintDomains(w io.Writer, list DomainList, wide bool) error {
 				claim, msg := "", ""
 				if i == 0 {
 					claim, msg = d.Claim, orDash(d.Message)
+					if d.Template != "" {
+						claim = "template/" + d.Template
+					}
 				}
 				cells = append(cells, channel, orDash(n.Message), claim, msg)
 			}

@@ -33,6 +33,12 @@ func DomainsFixture(t testing.TB) *dynamicfake.FakeDynamicClient {
 			Spec:       gpuv1beta1.ComputeDomainSpec{Channel: gpuv1beta1.ComputeDomainChannel{ResourceClaimName: name + "-channel"}},
 			Status:     gpuv1beta1.ComputeDomainStatus{Nodes: nodes},
 		}
+		if len(nodes) > 0 {
+			d.Status.Channel = nodes[0].Channel
+		}
+		if name == "eval" { // template mode
+			d.Spec.Channel = gpuv1beta1.ComputeDomainChannel{ResourceClaimTemplateName: name + "-channel"}
+		}
 		if ready != nil {
 			d.Status.Conditions = []metav1.Condition{*ready}
 		}
@@ -91,5 +97,8 @@ func TestDomainsJSON(t *testing.T) {
 		len(training.Cliques) != 1 || training.Cliques[0] != cliqueA || len(training.Nodes) != 2 ||
 		training.Nodes[1].Daemon != "Disconnected" || strings.Join(training.Nodes[1].UnreachablePeers, ",") != "tray-1" {
 		t.Errorf("training: %+v", training)
+	}
+	if eval := list.Domains[0]; eval.Template != "eval-channel" || eval.Claim != "" || eval.Channel == nil || *eval.Channel != 1 {
+		t.Errorf("eval (template mode, channel 1): %+v", eval)
 	}
 }
