@@ -124,8 +124,9 @@ func (c *Controller) enqueueDomain(obj any) {
 	}
 }
 
-// enqueueClaim enqueues the domains of the claim's namespace that name it:
-// its owner and any domain whose claim name a foreign claim took.
+// enqueueClaim enqueues the domains of the claim's namespace that name it
+// (its owner and any domain whose claim name a foreign claim took) and the
+// domain its channel config names (a pod's claim in template mode).
 func (c *Controller) enqueueClaim(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -138,12 +139,13 @@ func (c *Controller) enqueueClaim(obj any) {
 	if err != nil {
 		return
 	}
+	named := channelDomain(claim, c.opts.DriverName) // a template-mode domain's pod's claim
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
-		if name, _, _ := unstructured.NestedString(u.Object, "spec", "channel", "resourceClaimName"); name == claim.Name {
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "channel", "resourceClaimName"); name == claim.Name || u.GetName() == named {
 			c.queue.Add(claim.Namespace + "/" + u.GetName())
 		}
 	}
@@ -222,34 +224,17 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 		return 0, c.setConditions(ctx, cd, u, notReady(ReasonInvalid, errs.ToAggregate().Error()))
 	}
 
-	if cd.Spec.Channel.ResourceClaimTemplateName != "" {
-		return c.syncTemplate(ctx, cd, u)
-	}
-	cached, err := c.claims.ResourceClaims(ns).Get(cd.Spec.Channel.ResourceClaimName)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return 0, err
-	}
-	if err == nil && !metav1.IsControlledBy(cached, cd) {
-		return 0, c.claimConflict(ctx, cd, u, "ResourceClaim", cached.Name)
-	}
-	channel, err := c.reserveChannel(ctx, cd, u, cached)
-	if err != nil || channel == nil {
+	claims, err := c.channelClaims(ctx, cd, u)
+	if err != nil || claims == nil {
 		return noChannelRecheck, err
 	}
-	claim, err := c.channelClaim(ctx, cd, *channel)
-	if err != nil {
-		return 0, err
-	}
-	if !metav1.IsControlledBy(claim, cd) {
-		return 0, c.claimConflict(ctx, cd, u, "ResourceClaim", claim.Name)
-	}
-
-	pods := podsOf(claim)
+	cached := claims.cached()
+	pods := podsOf(cached...)
 	podNodes, err := c.podNodes(ctx, ns, pods)
 	if err != nil {
 		return 0, err
 	}
-	nodes, after, err := c.prune(ctx, key, cd, claim, podNodes)
+	nodes, after, err := c.prune(ctx, key, cd, claims, podNodes)
 	if err != nil {
 		return 0, err
 	}
@@ -263,26 +248,54 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 		c.clearLastPodGone(key)
 		return after, nil
 	}
-	wait, err := c.afterLastPod(ctx, key, cd, claim)
+	wait, err := c.afterLastPod(ctx, key, cd, claims)
 	return minPositive(after, wait), err
 }
 
-// syncTemplate reconciles a domain in template mode: its channel number,
-// its claim template and Ready from its node entries. Its pods' claims are
-// not followed (yet): no pruning, no PodsScheduled, no AfterLastPod.
-func (c *Controller) syncTemplate(ctx context.Context, cd *gpuv1beta1.ComputeDomain, u *unstructured.Unstructured) (time.Duration, error) {
+// channelClaims reserves the domain's channel number, creates its shared
+// claim or its claim template, and returns its claims; nil, nil when it
+// set Ready False instead (no free number, a name taken).
+func (c *Controller) channelClaims(ctx context.Context, cd *gpuv1beta1.ComputeDomain, u *unstructured.Unstructured) (domainClaims, error) {
+	ns := cd.Namespace
+	if cd.Spec.Channel.ResourceClaimTemplateName != "" {
+		return c.syncTemplate(ctx, cd, u)
+	}
+	cached, err := c.claims.ResourceClaims(ns).Get(cd.Spec.Channel.ResourceClaimName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err == nil && !metav1.IsControlledBy(cached, cd) {
+		return nil, c.claimConflict(ctx, cd, u, "ResourceClaim", cached.Name)
+	}
+	channel, err := c.reserveChannel(ctx, cd, u, cached)
+	if err != nil || channel == nil {
+		return nil, err
+	}
+	claim, err := c.channelClaim(ctx, cd, *channel)
+	if err != nil {
+		return nil, err
+	}
+	if !metav1.IsControlledBy(claim, cd) {
+		return nil, c.claimConflict(ctx, cd, u, "ResourceClaim", claim.Name)
+	}
+	return sharedClaim{c: c, cd: cd, claim: claim}, nil
+}
+
+// syncTemplate reserves a template-mode domain's channel number and
+// creates its claim template; its claims are its pods' own.
+func (c *Controller) syncTemplate(ctx context.Context, cd *gpuv1beta1.ComputeDomain, u *unstructured.Unstructured) (domainClaims, error) {
 	channel, err := c.reserveChannel(ctx, cd, u, nil)
 	if err != nil || channel == nil {
-		return noChannelRecheck, err
+		return nil, err
 	}
 	tmpl, err := c.channelTemplate(ctx, cd, *channel)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if !metav1.IsControlledBy(tmpl, cd) {
-		return 0, c.claimConflict(ctx, cd, u, "ResourceClaimTemplate", tmpl.Name)
+		return nil, c.claimConflict(ctx, cd, u, "ResourceClaimTemplate", tmpl.Name)
 	}
-	return 0, c.setConditions(ctx, cd, u, readyCondition(cd.Status.Nodes))
+	return templateClaims{c: c, cd: cd}, nil
 }
 
 // claimConflict sets Ready False: an object of the domain's claim or

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +27,7 @@ type sighting struct {
 	at  time.Time
 }
 
-// afterLastPod deletes the AfterLastPod domain cd, whose cached claim has
+// afterLastPod deletes the AfterLastPod domain cd, whose cached claims have
 // no pods, once its grace period is over, and returns when to look again.
 //
 // The grace period starts at the later of:
@@ -47,7 +46,7 @@ type sighting struct {
 // deletion by at most one grace period, and the NoPods reason the
 // condition keeps still tells a domain whose pods went from one that never
 // had any. A later time in the condition only delays the deletion.
-func (c *Controller) afterLastPod(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, claim *resourceapi.ResourceClaim) (time.Duration, error) {
+func (c *Controller) afterLastPod(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, claims domainClaims) (time.Duration, error) {
 	now := c.opts.Now()
 	since := c.sawLastPodGone(key, cd.UID, now)
 	if cond := meta.FindStatusCondition(cd.Status.Conditions, ConditionPodsScheduled); cond != nil && cond.LastTransitionTime.After(since) {
@@ -57,16 +56,16 @@ func (c *Controller) afterLastPod(ctx context.Context, key string, cd *gpuv1beta
 	if wait := since.Add(grace).Sub(now); wait > 0 {
 		return wait, nil
 	}
-	return c.deleteUnused(ctx, key, cd, claim, since)
+	return c.deleteUnused(ctx, key, cd, claims, since)
 }
 
 // deleteUnused deletes the domain after checking with the API server, not
-// the caches, that the domain is the one decided on and that its claim is
-// the cached one and reserved for nothing. The delete's preconditions are
+// the caches, that the domain is the one decided on and that its claims
+// (the shared one: the cached one) are reserved for nothing. The delete's preconditions are
 // the UID and the resource version checked, so a change to the domain in
 // between (a node writing its entry) fails it, and the controller looks
 // again.
-func (c *Controller) deleteUnused(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, cached *resourceapi.ResourceClaim, since time.Time) (time.Duration, error) {
+func (c *Controller) deleteUnused(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, claims domainClaims, since time.Time) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	domains := c.domains.Namespace(cd.Namespace)
 	live, err := domains.Get(ctx, cd.Name, metav1.GetOptions{})
@@ -80,18 +79,20 @@ func (c *Controller) deleteUnused(ctx context.Context, key string, cd *gpuv1beta
 	if live.GetUID() != cd.UID || live.GetDeletionTimestamp() != nil {
 		return 0, nil // replaced or going: its own events follow
 	}
-	claim, err := c.liveClaim(ctx, cd, cached)
+	liveClaims, ok, err := claims.live(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if claim == nil {
+	if !ok {
 		return liveRecheck, nil
 	}
-	if n := len(claim.Status.ReservedFor); n > 0 {
-		logger.V(2).Info("Not deleting ComputeDomain: the API server's claim is in use, the cache lags",
-			"domain", klog.KObj(cd), "claim", klog.KObj(claim), "reservedFor", n)
-		c.clearLastPodGone(key) // the grace period starts again when it is seen unused
-		return liveRecheck, nil
+	for _, claim := range liveClaims {
+		if n := len(claim.Status.ReservedFor); n > 0 {
+			logger.V(2).Info("Not deleting ComputeDomain: the API server's claim is in use, the cache lags",
+				"domain", klog.KObj(cd), "claim", klog.KObj(claim), "reservedFor", n)
+			c.clearLastPodGone(key) // the grace period starts again when it is seen unused
+			return liveRecheck, nil
+		}
 	}
 	rv := live.GetResourceVersion()
 	logger.Info("Deleting ComputeDomain after its last pod", "domain", klog.KObj(cd), "lastPodGone", since)

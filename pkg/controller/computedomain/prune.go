@@ -16,10 +16,10 @@ import (
 
 // prune removes the node entries whose node has had no pod of the domain
 // for PruneGracePeriod, and returns the entries left and when to look
-// again. podNodes come from the cached claim; before removing an entry it
-// reads the claim from the API server (liveClaim), so a cache that lags
-// behind a new pod never removes that pod's node.
-func (c *Controller) prune(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, claim *resourceapi.ResourceClaim, podNodes sets.Set[string]) ([]gpuv1beta1.ComputeDomainNode, time.Duration, error) {
+// again. podNodes come from the cached claims; before removing an entry it
+// reads the claims from the API server (domainClaims.live), so a cache that
+// lags behind a new pod never removes that pod's node.
+func (c *Controller) prune(ctx context.Context, key string, cd *gpuv1beta1.ComputeDomain, claims domainClaims, podNodes sets.Set[string]) ([]gpuv1beta1.ComputeDomainNode, time.Duration, error) {
 	now := c.opts.Now()
 	var keep []gpuv1beta1.ComputeDomainNode
 	var after time.Duration
@@ -45,11 +45,11 @@ func (c *Controller) prune(ctx context.Context, key string, cd *gpuv1beta1.Compu
 			continue
 		}
 		if live == nil {
-			nodes, err := c.livePodNodes(ctx, cd, claim)
+			nodes, err := c.livePodNodes(ctx, cd, claims)
 			if err != nil {
 				return nil, 0, err
 			}
-			if nodes == nil { // the cache is not the API server's claim: prune nothing now
+			if nodes == nil { // the cache is not the API server's claims: prune nothing now
 				return cd.Status.Nodes, liveRecheck, nil
 			}
 			live = nodes
@@ -76,15 +76,15 @@ func (c *Controller) prune(ctx context.Context, key string, cd *gpuv1beta1.Compu
 	return keep, after, nil
 }
 
-// livePodNodes reads the domain's claim from the API server and returns
-// the nodes of the pods it is reserved for; nil when that claim is gone or
-// is not the cached one (another UID).
-func (c *Controller) livePodNodes(ctx context.Context, cd *gpuv1beta1.ComputeDomain, cached *resourceapi.ResourceClaim) (sets.Set[string], error) {
-	claim, err := c.liveClaim(ctx, cd, cached)
-	if claim == nil || err != nil {
+// livePodNodes reads the domain's claims from the API server and returns
+// the nodes of the pods they are reserved for; nil when the shared claim
+// is gone or is not the cached one (another UID).
+func (c *Controller) livePodNodes(ctx context.Context, cd *gpuv1beta1.ComputeDomain, claims domainClaims) (sets.Set[string], error) {
+	live, ok, err := claims.live(ctx)
+	if !ok || err != nil {
 		return nil, err
 	}
-	return c.podNodes(ctx, cd.Namespace, podsOf(claim))
+	return c.podNodes(ctx, cd.Namespace, podsOf(live...))
 }
 
 // liveClaim reads the domain's claim from the API server, bypassing the
@@ -117,15 +117,4 @@ func (c *Controller) removeNode(ctx context.Context, cd *gpuv1beta1.ComputeDomai
 		return fmt.Errorf("remove node %s from ComputeDomain %s/%s: %w", node, cd.Namespace, cd.Name, err)
 	}
 	return nil
-}
-
-// podsOf are the pods the claim is reserved for.
-func podsOf(claim *resourceapi.ResourceClaim) []resourceapi.ResourceClaimConsumerReference {
-	var pods []resourceapi.ResourceClaimConsumerReference
-	for _, r := range claim.Status.ReservedFor {
-		if r.APIGroup == "" && r.Resource == "pods" {
-			pods = append(pods, r)
-		}
-	}
-	return pods
 }
