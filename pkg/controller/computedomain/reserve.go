@@ -23,7 +23,8 @@ const noChannelRecheck = 30 * time.Second
 
 // reserveChannel returns the domain's channel number (status.channel),
 // reserving it when unset: the number an allocated shared claim of the
-// domain already holds (a domain from before channel numbers), else the
+// domain already holds (a domain from before channel numbers; the claim
+// read from the API server), else the
 // smallest number below Options.Channels that no other domain's
 // status.channel holds. Channel devices may be allocated many times
 // (allowMultipleAllocations), so this reservation, not the allocator, keeps
@@ -42,6 +43,16 @@ func (c *Controller) reserveChannel(ctx context.Context, cd *gpuv1beta1.ComputeD
 	c.reserveMu.Lock()
 	defer c.reserveMu.Unlock()
 	logger := klog.FromContext(ctx)
+	if shared != nil { // adopt from the API server's claim: the cache may not show its allocation yet
+		live, err := c.client.ResourceV1().ResourceClaims(shared.Namespace).Get(ctx, shared.Name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("read channel claim %s/%s for its channel: %w", shared.Namespace, shared.Name, err)
+		}
+		shared = live
+		if err != nil || !metav1.IsControlledBy(live, cd) {
+			shared = nil
+		}
+	}
 	channel, adopted := allocatedChannel(shared, c.opts.DriverName)
 	if !adopted {
 		used, err := c.usedChannels(ctx, cd)

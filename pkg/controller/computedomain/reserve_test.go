@@ -182,6 +182,27 @@ func TestReserveChannelAdoptsAllocation(t *testing.T) {
 	}
 }
 
+// The adoption reads the claim from the API server: a cache that does not
+// show its allocation yet does not make the domain reserve another number.
+func TestReserveChannelAdoptsLiveAllocation(t *testing.T) {
+	cd := domain("old")
+	claim := ChannelClaim(cd, driver, 0)
+	claim.Spec.Devices.Requests[0].Exactly.Selectors = nil // as created before channel numbers
+	e := newEnv(t, []runtime.Object{claim}, cd)
+	e.freezeClaims(t)
+	live := e.claim(t, "old-channel")
+	live.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: ChannelRequest, Driver: driver, Pool: "imex-channels.cluster.1", Device: "channel-2"}},
+	}}
+	if _, err := e.client.ResourceV1().ResourceClaims(ns).UpdateStatus(e.ctx, live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.sync(t, "old")
+	if k := e.get(t, "old").Status.Channel; k == nil || *k != 2 {
+		t.Errorf("status.channel %v, want 2 (the API server's allocation; the cache shows none)", k)
+	}
+}
+
 // The template is the domain's, for its channel number, with the same
 // claim spec a shared claim has; a template of that name that is not the
 // domain's is left alone.
