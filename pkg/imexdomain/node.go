@@ -10,8 +10,6 @@ package imexdomain
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -25,7 +23,6 @@ import (
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imex"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Domain is a ComputeDomain as a channel record names it: the domain in
@@ -48,8 +45,12 @@ type Options struct {
 	// NodeName names this node's status entry; NodeIP is its address.
 	NodeName, NodeIP string
 	// DriverRoot is where the plugin sees the driver's /dev, for the
-	// channels' device nodes.
-	DriverRoot string
+	// channels' device nodes; ProcDevices is where their major is read
+	// ("" is DefaultProcDevices) and ChannelStandIn is a simulated
+	// driver root's device number (ChannelNodes).
+	DriverRoot     string
+	ProcDevices    string
+	ChannelStandIn uint64
 	// Ctl is nvidia-imex-ctl.
 	Ctl string
 	// PollPeriod is how often the daemon is polled and the peers
@@ -61,6 +62,7 @@ type Options struct {
 type Node struct {
 	opts    Options
 	metrics *Metrics
+	nodes   *ChannelNodes
 
 	mu     sync.Mutex
 	clique string
@@ -79,7 +81,9 @@ func New(opts Options) *Node {
 	if opts.PollPeriod == 0 {
 		opts.PollPeriod = 5 * time.Second
 	}
-	n := &Node{opts: opts, metrics: newMetrics(opts.NodeName)}
+	n := &Node{opts: opts, metrics: newMetrics(opts.NodeName), nodes: &ChannelNodes{
+		DriverRoot: opts.DriverRoot, ProcDevices: opts.ProcDevices, StandIn: opts.ChannelStandIn,
+	}}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 10*time.Minute)
 	n.informer = factory.ForResource(gpuv1beta1.ComputeDomainResource).Informer()
 	return n
@@ -102,14 +106,9 @@ func (n *Node) Clique() string {
 	return n.clique
 }
 
-// DeviceNode is channel i's node below the driver root, if the node has it.
-func (n *Node) DeviceNode(i int) (string, error) {
-	node := vocabulary.ChannelDevNode(i)
-	if _, err := os.Stat(filepath.Join(n.opts.DriverRoot, node)); err != nil {
-		return "", fmt.Errorf("IMEX channel %d: this node has no %s: %w", i, node, err)
-	}
-	return node, nil
-}
+// DeviceNode is channel i's node below the driver root, made when the
+// driver did not make it (ChannelNodes.Ensure).
+func (n *Node) DeviceNode(i int) (string, error) { return n.nodes.Ensure(i) }
 
 // Lookup returns the UID of ComputeDomain namespace/name.
 func (n *Node) Lookup(ctx context.Context, namespace, name string) (types.UID, error) {
