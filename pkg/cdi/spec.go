@@ -75,6 +75,10 @@ type ClaimDevice struct {
 	// which are also their paths in the container: /dev/nvidia3, MIG
 	// capability nodes under /dev/nvidia-caps.
 	DeviceNodes []string
+	// CharDevices are nodes given by their numbers, with no file on the
+	// host: the runtime makes them in the container (IMEX channels, whose
+	// nodes the driver makes only on request).
+	CharDevices []CharDevice
 	// Env are extra "NAME=value" variables for this device, for example for
 	// MPS. Variables of different devices must not conflict.
 	Env []string
@@ -84,6 +88,19 @@ type ClaimDevice struct {
 	// this package take precedence.
 	Annotations map[string]string
 }
+
+// CharDevice is a character device node in a container, by its numbers;
+// every user of the container may open it (mode 0666, the nvidia driver's
+// default for its nodes).
+type CharDevice struct {
+	// Path is the absolute path in the container.
+	Path string
+	// Major and Minor are the device's numbers.
+	Major, Minor uint32
+}
+
+// charDeviceMode is a CharDevice's mode.
+const charDeviceMode fs.FileMode = 0o666
 
 // DeviceRecord is what a claim spec records of each device in its
 // annotations, so that a lost checkpoint can be rebuilt from the specs
@@ -201,7 +218,7 @@ func (b *specBuilder) device(claimUID types.UID, d ClaimDevice) (cdispec.Device,
 	if err := cdiparser.ValidateDeviceName(name); err != nil {
 		return cdispec.Device{}, fmt.Errorf("CDI device name: %w", err)
 	}
-	if len(d.DeviceNodes) == 0 {
+	if len(d.DeviceNodes)+len(d.CharDevices) == 0 {
 		return cdispec.Device{}, fmt.Errorf("no device nodes")
 	}
 	annotations := make(map[string]string, len(d.Annotations)+7)
@@ -228,6 +245,20 @@ func (b *specBuilder) device(claimUID types.UID, d ClaimDevice) (cdispec.Device,
 			return cdispec.Device{}, err
 		}
 		edits.DeviceNodes = append(edits.DeviceNodes, dn)
+	}
+	for _, c := range d.CharDevices {
+		if !path.IsAbs(c.Path) {
+			return cdispec.Device{}, fmt.Errorf("device node %s: path must be absolute", c.Path)
+		}
+		if c.Major == 0 {
+			return cdispec.Device{}, fmt.Errorf("device node %s: major 0 is no device", c.Path)
+		}
+		mode := charDeviceMode
+		// No HostPath: with the type and numbers set, neither the CDI
+		// library nor the runtime looks for a file on the host.
+		edits.DeviceNodes = append(edits.DeviceNodes, &cdispec.DeviceNode{
+			Path: c.Path, Type: "c", Major: int64(c.Major), Minor: int64(c.Minor), FileMode: &mode,
+		})
 	}
 	edits.Env = slices.Clone(d.Env)
 	for _, m := range d.Mounts {

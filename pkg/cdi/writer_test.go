@@ -433,6 +433,18 @@ func TestWriteClaimSpecErrors(t *testing.T) {
 			},
 			wantErr: "must be absolute",
 		},
+		"relative char device": {
+			devices: func(*fakeRoot) []ClaimDevice {
+				return []ClaimDevice{{Name: "channel-1", CharDevices: []CharDevice{{Path: "dev/channel1", Major: 234, Minor: 1}}}}
+			},
+			wantErr: "device node dev/channel1: path must be absolute",
+		},
+		"char device major 0": {
+			devices: func(*fakeRoot) []ClaimDevice {
+				return []ClaimDevice{{Name: "channel-1", CharDevices: []CharDevice{{Path: "/dev/channel1", Minor: 1}}}}
+			},
+			wantErr: "major 0 is no device",
+		},
 		"rejected by CDI validation": {
 			devices: func(*fakeRoot) []ClaimDevice {
 				d := testDevices()[0]

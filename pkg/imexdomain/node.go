@@ -10,8 +10,6 @@ package imexdomain
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -25,8 +23,8 @@ import (
 	"k8s.io/klog/v2"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imex"
-	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
 
 // Domain is a ComputeDomain as a channel record names it: the domain in
@@ -48,9 +46,11 @@ type Options struct {
 	Events corev1client.EventsGetter
 	// NodeName names this node's status entry; NodeIP is its address.
 	NodeName, NodeIP string
-	// DriverRoot is where the plugin sees the driver's /dev, for the
-	// channels' device nodes.
-	DriverRoot string
+	// ProcDevices is where the channels' major is read ("" is
+	// DefaultProcDevices) and ChannelStandIn is a simulated driver root's
+	// device number (ChannelNodes).
+	ProcDevices    string
+	ChannelStandIn uint64
 	// Ctl is nvidia-imex-ctl.
 	Ctl string
 	// PollPeriod is how often the daemon is polled and the peers
@@ -62,6 +62,7 @@ type Options struct {
 type Node struct {
 	opts    Options
 	metrics *Metrics
+	nodes   *ChannelNodes
 
 	mu     sync.Mutex
 	clique string
@@ -80,7 +81,9 @@ func New(opts Options) *Node {
 	if opts.PollPeriod == 0 {
 		opts.PollPeriod = 5 * time.Second
 	}
-	n := &Node{opts: opts, metrics: newMetrics(opts.NodeName)}
+	n := &Node{opts: opts, metrics: newMetrics(opts.NodeName), nodes: &ChannelNodes{
+		ProcDevices: opts.ProcDevices, StandIn: opts.ChannelStandIn,
+	}}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 10*time.Minute)
 	n.informer = factory.ForResource(gpuv1beta1.ComputeDomainResource).Informer()
 	return n
@@ -103,14 +106,9 @@ func (n *Node) Clique() string {
 	return n.clique
 }
 
-// DeviceNode is channel i's node below the driver root, if the node has it.
-func (n *Node) DeviceNode(i int) (string, error) {
-	node := vocabulary.ChannelDevNode(i)
-	if _, err := os.Stat(filepath.Join(n.opts.DriverRoot, node)); err != nil {
-		return "", fmt.Errorf("IMEX channel %d: this node has no %s: %w", i, node, err)
-	}
-	return node, nil
-}
+// DeviceNode is channel i's device node for a container, by its numbers
+// (ChannelNodes.Device).
+func (n *Node) DeviceNode(i int) (cdi.CharDevice, error) { return n.nodes.Device(i) }
 
 // Lookup reads ComputeDomain namespace/name from the API server: its UID
 // and the channel number reserved for it (status.channel).

@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra-driver/pkg/discovery"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imex"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imexdomain"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/nvmlsim/simhooks"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
 )
@@ -114,10 +115,15 @@ func imexNode(ctx context.Context, cfg *Config, hw *hardware, client kubernetes.
 		NodeIP: c.NodeIP, ServerPort: c.ServerPort, CmdPort: c.CmdPort,
 	})
 	logger.Info("Compute domains: this node runs their IMEX daemons", "daemon", daemon, "nodeIP", c.NodeIP)
-	return imexdomain.New(imexdomain.Options{
+	opts := imexdomain.Options{
 		Manager: mgr, Client: dyn, Events: client.CoreV1(), NodeName: cfg.NodeName, NodeIP: c.NodeIP,
-		DriverRoot: hw.driverRoot, Ctl: filepath.Join(filepath.Dir(daemon), "nvidia-imex-ctl"), PollPeriod: c.PollPeriod,
-	}), nil
+		Ctl: filepath.Join(filepath.Dir(daemon), "nvidia-imex-ctl"), PollPeriod: c.PollPeriod,
+	}
+	if hw.sim != nil {
+		// The simulated kernel's majors, and its nodes' stand-in numbers.
+		opts.ProcDevices, opts.ChannelStandIn = nvmlsim.ProcDevicesFile(hw.driverRoot), nvmlsim.DeviceNodeStandIn
+	}
+	return imexdomain.New(opts), nil
 }
 
 // cliqueOf is the NVLink clique of the node's GPUs, "" when they have none

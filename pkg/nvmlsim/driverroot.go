@@ -18,6 +18,29 @@ import (
 // nullDev is /dev/null's device number, major 1 minor 3, in Linux's encoding.
 const nullDev = 1<<8 | 3
 
+// DeviceNodeStandIn is the device number of every device node of a simulated driver root,
+// /dev/null's: a container given a simulated device opens /dev/null, never a real device of
+// the host. Code that checks a node's numbers accepts this one in simulation.
+const DeviceNodeStandIn uint64 = nullDev
+
+// procDevicesPath is the simulated kernel's list of device majors (the driver's entries
+// and a few of Linux's), relative to the driver root.
+const procDevicesPath = "proc/devices"
+
+// IMEXChannelsMajor is the major the simulated nvidia module registers its IMEX channel
+// devices under in proc/devices; the channel nodes themselves are DeviceNodeStandIn.
+const IMEXChannelsMajor = 234
+
+// ProcDevicesFile is the simulated /proc/devices under driver root root.
+func ProcDevicesFile(root string) string { return filepath.Join(root, procDevicesPath) }
+
+// procDevices is /proc/devices as a kernel with the nvidia modules loaded lists it.
+func procDevices() string {
+	return "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n195 nvidia\n" +
+		fmt.Sprintf("%d nvidia-caps-imex-channels\n", IMEXChannelsMajor) +
+		"235 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n"
+}
+
 // migMinorsGPUs is how many GPUs /proc/driver/nvidia-caps/mig-minors always lists (the driver's
 // device limit), and the MIG capability minor layout: config 1, monitor 2, then per GPU 15 GPU
 // instances of 1 + 8 minors (gi access, then ci0..ci7 access), 135 per GPU. The MIG User Guide
@@ -71,6 +94,7 @@ var driverBinaries = []string{
 //	dev/nvidia-caps/nvidia-cap1 (MIG config), nvidia-cap2 (monitor) and the capability nodes
 //	of the GPU and compute instances that exist (kept up to date as they are created);
 //	proc/driver/nvidia-caps/mig-minors (all 32 GPUs, like the driver's),
+//	proc/devices with the nvidia-caps-imex-channels major (IMEXChannelsMajor; ProcDevicesFile),
 //	proc/driver/nvidia/capabilities/mig/{config,monitor} and gpu<N>/mig/gi<G>[/ci<C>]/access
 //	of existing instances, version and gpus/<bdf>/information, in the driver's formats;
 //	usr/lib/x86_64-linux-gnu/<library>.so.<driver version> with their SONAME links;
@@ -94,6 +118,7 @@ func (m *Machine) writeDriverRoot(root string) error {
 		"proc/driver/nvidia/capabilities/mig/config":  capabilityFile(1, 0o400),
 		"proc/driver/nvidia/capabilities/mig/monitor": capabilityFile(2, 0o444),
 		"proc/driver/nvidia-caps/mig-minors":          migMinors(),
+		procDevicesPath:                               procDevices(),
 		"proc/driver/nvidia/version": fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  (simulated by nvmlsim)\n"+
 			"GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", m.driverVersion),
 	}

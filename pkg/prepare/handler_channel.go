@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,9 +21,9 @@ import (
 type Channels interface {
 	// Clique is this node's NVLink clique, "" when it has none.
 	Clique() string
-	// DeviceNode is channel n's device node (a path below the driver
-	// root), or an error when the node does not have the channel.
-	DeviceNode(n int) (string, error)
+	// DeviceNode is channel n's device node for a container, by its
+	// numbers, or an error when the node's driver has no channels.
+	DeviceNode(n int) (cdi.CharDevice, error)
 	// Lookup returns the ComputeDomain namespace/name as the API server
 	// has it: its UID and reserved channel (status.channel).
 	Lookup(ctx context.Context, namespace, name string) (*gpuv1beta1.ComputeDomain, error)
@@ -174,9 +172,11 @@ func (channelHandler) containerEdits(_ *Engine, _ *devicemodel.Published, pd *ch
 	return fmt.Errorf("device %s is an IMEX channel: no GPU edits", pd.Device)
 }
 
-// channelEdits is what a container gets for a channel: its device node
-// (recorded, so a spec can be written again whatever the node has now) and
-// the record, for a rebuilt checkpoint.
+// channelEdits is what a container gets for a channel: its device node,
+// by numbers read at every write (no host file: the driver makes channel
+// nodes only on request, and the major changes when the module is
+// reloaded), and the record, for a rebuilt checkpoint. A device node path
+// recorded by an older release is not used for the same reasons.
 func (d *Engine) channelEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, error) {
 	cd := cdi.ClaimDevice{Name: pd.Device, DeviceRecord: cdi.DeviceRecord{
 		Request: pd.Request, Pool: pd.Pool, Device: pd.Device, ShareID: pd.ShareID, Kind: pd.Kind,
@@ -184,25 +184,19 @@ func (d *Engine) channelEdits(pd checkpoint.PreparedDevice) (cdi.ClaimDevice, er
 	if pd.IMEXChannel == nil {
 		return cd, fmt.Errorf("device %s: no IMEX channel record", pd.Device)
 	}
-	cd.DeviceNodes = slices.Clone(pd.DeviceNodes)
-	if len(cd.DeviceNodes) == 0 {
-		if d.opts.Channels == nil {
-			return cd, fmt.Errorf("device %s: this plugin runs no IMEX daemons", pd.Device)
-		}
-		node, err := d.opts.Channels.DeviceNode(pd.IMEXChannel.Channel)
-		if err != nil {
-			return cd, fmt.Errorf("device %s: %w", pd.Device, err)
-		}
-		cd.DeviceNodes = []string{node}
+	if d.opts.Channels == nil {
+		return cd, fmt.Errorf("device %s: this plugin runs no IMEX daemons", pd.Device)
 	}
+	node, err := d.opts.Channels.DeviceNode(pd.IMEXChannel.Channel)
+	if err != nil {
+		return cd, fmt.Errorf("device %s: %w", pd.Device, err)
+	}
+	cd.CharDevices = []cdi.CharDevice{node}
 	data, err := json.Marshal(pd.IMEXChannel)
 	if err != nil {
 		return cd, err
 	}
-	cd.Annotations = map[string]string{
-		annotationIMEXChannel: string(data),
-		annotationDeviceNodes: strings.Join(cd.DeviceNodes, ","),
-	}
+	cd.Annotations = map[string]string{annotationIMEXChannel: string(data)}
 	return cd, nil
 }
 

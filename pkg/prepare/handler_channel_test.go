@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,8 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	gpuv1beta1 "github.com/gpu-dra/gpu-dra-driver/api/gpu/v1beta1"
+	"github.com/gpu-dra/gpu-dra-driver/pkg/cdi"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/checkpoint"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/imexdomain"
 	"github.com/gpu-dra/gpu-dra-driver/pkg/vocabulary"
@@ -32,11 +36,11 @@ type fakeChannels struct {
 
 func (f *fakeChannels) Clique() string { return f.clique }
 
-func (f *fakeChannels) DeviceNode(n int) (string, error) {
+func (f *fakeChannels) DeviceNode(n int) (cdi.CharDevice, error) {
 	if n >= 64 {
-		return "", fmt.Errorf("IMEX channel %d: this node has no such channel", n)
+		return cdi.CharDevice{}, fmt.Errorf("IMEX channel %d: this node has no such channel", n)
 	}
-	return vocabulary.ChannelDevNode(n), nil
+	return cdi.CharDevice{Path: vocabulary.ChannelDevNode(n), Major: 234, Minor: uint32(n)}, nil
 }
 
 func (f *fakeChannels) Lookup(_ context.Context, namespace, name string) (*gpuv1beta1.ComputeDomain, error) {
@@ -317,5 +321,43 @@ func TestChannelConflict(t *testing.T) {
 				t.Errorf("conflict = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A channel's node is given to the runtime by its numbers, with no host
+// path: the driver makes channel nodes only on request, so the simulated
+// driver root's channel5 is removed and the spec is still written.
+func TestChannelSpecNamesNodeByNumbers(t *testing.T) {
+	f := newChannels()
+	opts, node := testOptionsOn(t, "gb200nvl72", Options{Channels: f})
+	f.clique = node.GPUs[0].CliqueID
+	driverRoot := filepath.Join(filepath.Dir(opts.CheckpointPath), "driver")
+	if err := os.Remove(filepath.Join(driverRoot, vocabulary.ChannelDevNode(5))); err != nil {
+		t.Fatal(err)
+	}
+	d := startTestDriver(t, opts, node)
+	claim := channelClaimOf("channel", f.clique, "channel-5", opaque(resourceapi.AllocationConfigSourceClaim, testDriver, channelConfig))
+	if err := prepareOne(t, d, claim); err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := filepath.Glob(filepath.Join(filepath.Dir(opts.CheckpointPath), "cdi", "*"+string(claim.UID)+"*"))
+	if len(specs) != 1 {
+		t.Fatalf("CDI specs of %s: %v", claim.UID, specs)
+	}
+	data, err := os.ReadFile(specs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdispec.Spec
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Devices) != 1 || len(spec.Devices[0].ContainerEdits.DeviceNodes) != 1 {
+		t.Fatalf("spec devices %+v, want one device with one node", spec.Devices)
+	}
+	got := *spec.Devices[0].ContainerEdits.DeviceNodes[0]
+	if got.Path != vocabulary.ChannelDevNode(5) || got.HostPath != "" || got.Type != "c" || got.Major != 234 || got.Minor != 5 ||
+		got.FileMode == nil || *got.FileMode != 0o666 {
+		t.Errorf("channel node %+v; want %s, no host path, c 234:5, mode 0666", got, vocabulary.ChannelDevNode(5))
 	}
 }

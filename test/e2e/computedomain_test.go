@@ -197,10 +197,12 @@ func channelOf(t *testing.T, ctx context.Context, ns, domain, clique string) str
 	return r.Device
 }
 
-// podChannels lists the IMEX channel device nodes the pod's container sees.
+// podChannels lists the IMEX channel device nodes the pod's container sees:
+// character devices, which the runtime made from the CDI spec's numbers.
 func podChannels(t *testing.T, ctx context.Context, pod *corev1.Pod) []string {
 	t.Helper()
-	out, err := env.cluster.Exec(ctx, pod.Namespace, pod.Name, pod.Spec.Containers[0].Name, "sh", "-c", "ls /dev/nvidia-caps-imex-channels/ 2>/dev/null || true")
+	out, err := env.cluster.Exec(ctx, pod.Namespace, pod.Name, pod.Spec.Containers[0].Name, "sh", "-c",
+		`for f in /dev/nvidia-caps-imex-channels/*; do if [ -c "$f" ]; then basename "$f"; fi; done`)
 	if err != nil {
 		t.Fatalf("list channels in %s/%s: %v", pod.Namespace, pod.Name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -35,6 +36,9 @@ type Controller struct {
 	synced   cache.InformerSynced
 	changed  chan struct{}
 	onUpdate func([]string) // tests: called with the cliques after each update
+	// leftoverPeriod is how often the leftovers are looked for again; 0
+	// is defaultLeftoverPeriod (leftovers.go).
+	leftoverPeriod time.Duration
 }
 
 // New creates the controller and registers its event handler on the node
@@ -112,7 +116,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.Info("Publishing IMEX channels", "cliques", cliques, "channelsPerClique", c.opts.Channels)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { c.removeLeftoversUntilDone(ctx) })
+	wg.Go(func() { c.removeLeftoversPeriodically(ctx) })
 	c.updated(cliques)
 	for {
 		select {

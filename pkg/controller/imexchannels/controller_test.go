@@ -43,6 +43,13 @@ func start(t *testing.T, client kubernetes.Interface, channels int) {
 // returned stop is called.
 func startDriver(t *testing.T, client kubernetes.Interface, driverName string, channels int) (stop func()) {
 	t.Helper()
+	return startDriverEvery(t, client, driverName, channels, 0)
+}
+
+// startDriverEvery is startDriver with the leftovers looked for every
+// leftoverPeriod (0: the default).
+func startDriverEvery(t *testing.T, client kubernetes.Interface, driverName string, channels int, leftoverPeriod time.Duration) (stop func()) {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -50,6 +57,7 @@ func startDriver(t *testing.T, client kubernetes.Interface, driverName string, c
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.leftoverPeriod = leftoverPeriod
 	factory.Start(ctx.Done())
 	done := make(chan error)
 	go func() { done <- c.Run(ctx) }()

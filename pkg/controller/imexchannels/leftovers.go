@@ -37,6 +37,13 @@ import (
 //     as well delete the slice.
 //
 // The chart's -controller-resourceslices policy admits exactly this delete.
+//
+// Leftovers can also appear after the first pass: during a rolling switch
+// an instance under the old name still runs for a while, and its slice
+// controller recreates the pools deleted under it. The controller looks
+// again every defaultLeftoverPeriod, not on slice events: a delete on each
+// recreate would duel with that instance as long as it runs, and a list
+// with field selectors every few minutes costs less than a watch.
 
 // otherDriverName is the known driver name that is not driver, "" when
 // driver is neither: a controller under another name removes nothing.
@@ -92,6 +99,30 @@ func (c *Controller) removeLeftovers(ctx context.Context) error {
 		klog.FromContext(ctx).Info("Deleted a channel slice published under the other driver name", "slice", s.Name, "driver", other, "pool", s.Spec.Pool.Name)
 	}
 	return errors.Join(errs...)
+}
+
+// defaultLeftoverPeriod is how often the leftovers are looked for again
+// after a pass succeeded.
+const defaultLeftoverPeriod = 3 * time.Minute
+
+// removeLeftoversPeriodically runs removeLeftoversUntilDone, then again
+// every leftoverPeriod, until ctx is done.
+func (c *Controller) removeLeftoversPeriodically(ctx context.Context) {
+	period := c.leftoverPeriod
+	if period == 0 {
+		period = defaultLeftoverPeriod
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		c.removeLeftoversUntilDone(ctx)
+		timer.Reset(period)
+	}
 }
 
 // removeLeftoversUntilDone retries removeLeftovers with backoff (1s up to

@@ -112,3 +112,32 @@ func TestLeftoversOtherDriverName(t *testing.T) {
 		}
 	}
 }
+
+// TestLeftoversAppearingLater: during a rolling switch an instance under
+// the old name still runs and recreates its pools after the first pass;
+// the controller removes them on a later one.
+func TestLeftoversAppearingLater(t *testing.T) {
+	const a = "5e1f0000-0000-0000-0000-00000000000a.1"
+	client := newClient(node("tray-1", a))
+	t.Cleanup(startDriverEvery(t, client, nvidia, 2, 50*time.Millisecond))
+	publishedPools(t, client, nvidia, map[string]int{a: 2})
+	// After the first pass, which found nothing.
+	time.Sleep(100 * time.Millisecond)
+	late := foreignSlice("recreated-by-the-old-instance", driver, vocabulary.ChannelPoolName(a), "", vocabulary.ControllerAgent)
+	other := foreignSlice("same-shape-other-writer", driver, vocabulary.ChannelPoolName(a), "", "kubectl-create")
+	for _, s := range []*resourceapi.ResourceSlice{late, other} {
+		if err := client.Tracker().Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.ResourceV1().ResourceSlices().Get(ctx, late.Name, metav1.GetOptions{})
+		return err != nil, nil
+	})
+	if err != nil {
+		t.Errorf("the channel slice recreated under %s after the first pass is still there: %v", driver, sliceNames(t, client, driver))
+	}
+	if _, err := client.ResourceV1().ResourceSlices().Get(t.Context(), other.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("slice %s was not the controller's, and is gone: %v", other.Name, err)
+	}
+}
