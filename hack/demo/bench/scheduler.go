@@ -103,24 +103,13 @@ func cpuTime(pid int) time.Duration {
 // attempts sums scheduler_schedule_attempts_total with result (any result
 // when empty), -1 when the metrics cannot be read.
 func (s *scheduler) attempts(ctx context.Context, result string) float64 {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	lines, err := s.metrics(ctx, "scheduler_schedule_attempts_total{")
 	if err != nil {
-		return -1
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
 		return -1
 	}
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "scheduler_schedule_attempts_total{") && strings.Contains(line, `result="`+result) {
+	for _, line := range lines {
+		if strings.Contains(line, `result="`+result) {
 			if f := strings.Fields(line); len(f) == 2 {
 				v, _ := strconv.ParseFloat(f[1], 64)
 				sum += v
@@ -128,6 +117,31 @@ func (s *scheduler) attempts(ctx context.Context, result string) float64 {
 		}
 	}
 	return sum
+}
+
+// metrics returns the scheduler's metric lines that start with prefix.
+func (s *scheduler) metrics(ctx context.Context, prefix string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: %s", s.url, resp.Status)
+	}
+	var lines []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, prefix) {
+			lines = append(lines, line)
+		}
+	}
+	return lines, sc.Err()
 }
 
 // profile fetches a CPU profile of seconds into path, in the background.
