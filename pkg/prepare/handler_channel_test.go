@@ -340,16 +340,8 @@ func TestChannelSpecNamesNodeByNumbers(t *testing.T) {
 	if err := prepareOne(t, d, claim); err != nil {
 		t.Fatal(err)
 	}
-	specs, _ := filepath.Glob(filepath.Join(filepath.Dir(opts.CheckpointPath), "cdi", "*"+string(claim.UID)+"*"))
-	if len(specs) != 1 {
-		t.Fatalf("CDI specs of %s: %v", claim.UID, specs)
-	}
-	data, err := os.ReadFile(specs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
 	var spec cdispec.Spec
-	if err := yaml.Unmarshal(data, &spec); err != nil {
+	if err := yaml.Unmarshal(claimSpecFile(t, opts, claim), &spec); err != nil {
 		t.Fatal(err)
 	}
 	if len(spec.Devices) != 1 || len(spec.Devices[0].ContainerEdits.DeviceNodes) != 1 {

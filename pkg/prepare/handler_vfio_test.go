@@ -88,6 +88,12 @@ func TestVFIOPrepareUnprepare(t *testing.T) {
 // claimSpec reads the claim's CDI spec, compacted.
 func claimSpec(t *testing.T, opts Options, claim *resourceapi.ResourceClaim) string {
 	t.Helper()
+	return strings.NewReplacer(" ", "", "\n", "").Replace(string(claimSpecFile(t, opts, claim)))
+}
+
+// claimSpecFile reads the claim's CDI spec file.
+func claimSpecFile(t *testing.T, opts Options, claim *resourceapi.ResourceClaim) []byte {
+	t.Helper()
 	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(opts.CheckpointPath), "cdi", "*"+string(claim.UID)+"*"))
 	if len(matches) != 1 {
 		t.Fatalf("CDI specs of %s: %v", claim.UID, matches)
@@ -96,7 +102,7 @@ func claimSpec(t *testing.T, opts Options, claim *resourceapi.ResourceClaim) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.NewReplacer(" ", "", "\n", "").Replace(string(b))
+	return b
 }
 
 func TestVFIORefusedWhileInUse(t *testing.T) {

@@ -50,8 +50,13 @@ func TestSyncMIGProfiles(t *testing.T) {
 	chart.Labels = nil
 	e := setupWith(t, Options{DriverName: driver, MIGProfiles: true}, chart)
 	e.publish(t, "dgxh100", "node-a")
-	n, _ := e.c.slices.List(everything)
-	e.sync(t, len(n))
+	// The count comes from the API server: the informer may not have
+	// seen every slice yet (it saw 8 of 9 once, and the test failed).
+	n, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sync(t, len(n.Items))
 	names := e.classNames(t)
 	for _, want := range []string{"mig-1g.10gb.gpu.dra.dev", "mig-1g.10gb.me.gpu.dra.dev", "mig-7g.80gb.gpu.dra.dev"} {
 		if !slices.Contains(names, want) {
