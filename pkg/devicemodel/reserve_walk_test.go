@@ -11,6 +11,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	at "github.com/gpu-dra/gpu-dra-driver/internal/allocatortest"
@@ -166,18 +167,20 @@ func TestReserveNeverDoubleAllocates(t *testing.T) {
 }
 
 // TestReserveNeedsHoldAndAllocations is the evidence for the hold and for
-// following allocations: a node that learns of allocations 3 s late and
-// hides at once, or one that follows only its prepares, hides the MIG
+// following allocations: a node that learns of allocations 6 s late (the
+// default hold is 30 s) and hides at once, or one that follows only its prepares, hides the MIG
 // placements and shares of a GPU while the scheduler has allocated one of
 // them, and the scheduler, which charges an allocated device's counters
-// only while it is published, hands the GPU out again.
+// only while it is published, hands the GPU out again. (With the spares
+// at the top of the publication order, whole-GPU claims rarely move them,
+// and a 3 s delay took 27 seeds to show it; 6 s shows it at once.)
 func TestReserveNeedsHoldAndAllocations(t *testing.T) {
 	n := simnode.New(t, "dgxh100", "node-1")
 	for name, tc := range map[string]struct {
 		hold time.Duration
 		lag  int
 	}{
-		"no hold, allocations seen 3 s late": {hold: -1, lag: 3},
+		"no hold, allocations seen 6 s late": {hold: -1, lag: 6},
 		"prepares only":                      {hold: reserve.DefaultHold, lag: 1 << 30},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -212,17 +215,17 @@ func TestReserveRefusesMoreThanKFreshGPUs(t *testing.T) {
 		fits    bool
 		devices []string
 	}{
-		"one 7g on K=1":               {k: 1, claim: seven(1), fits: true, devices: []string{"gpu-0-mig-7g80gb-0"}},
+		"one 7g on K=1":               {k: 1, claim: seven(1), fits: true, devices: []string{"gpu-7-mig-7g80gb-0"}},
 		"two 7g on K=1":               {k: 1, claim: seven(2)},
-		"two 7g on K=2":               {k: 2, claim: seven(2), fits: true, devices: []string{"gpu-0-mig-7g80gb-0", "gpu-1-mig-7g80gb-0"}},
+		"two 7g on K=2":               {k: 2, claim: seven(2), fits: true, devices: []string{"gpu-6-mig-7g80gb-0", "gpu-7-mig-7g80gb-0"}},
 		"three 7g on K=2":             {k: 2, claim: seven(3)},
 		"time slice and MPS, K=1":     {k: 1, claim: shares},
-		"time slice and MPS, K=2":     {k: 2, claim: shares, fits: true, devices: []string{"gpu-0-ts", "gpu-1-mps"}},
+		"time slice and MPS, K=2":     {k: 2, claim: shares, fits: true, devices: []string{"gpu-6-ts", "gpu-7-mps"}},
 		"whole GPUs are all there":    {k: 1, claim: at.Claim("gpus", at.Exactly("gpu", driverName, 8)), fits: true},
-		"one 1g on a fresh GPU, K=1":  {k: 1, claim: at.Claim("one", at.Exactly("mig", "mig."+driverName, 1, at.Profile("1g.10gb"))), fits: true, devices: []string{"gpu-0-mig-1g10gb-6"}},
+		"one 1g on a fresh GPU, K=1":  {k: 1, claim: at.Claim("one", at.Exactly("mig", "mig."+driverName, 1, at.Profile("1g.10gb"))), fits: true, devices: []string{"gpu-7-mig-1g10gb-6"}},
 		"seven 1g on one GPU, K=1":    {k: 1, claim: at.Claim("seven", at.Exactly("mig", "mig."+driverName, 7, at.Profile("1g.10gb"))), fits: true},
 		"eight 1g on two GPUs, K=1":   {k: 1, claim: at.Claim("eight", at.Exactly("mig", "mig."+driverName, 8, at.Profile("1g.10gb")))},
-		"all time slices, K=1":        {k: 1, claim: allTimeSlices, fits: true, devices: []string{"gpu-0-ts"}},
+		"all time slices, K=1":        {k: 1, claim: allTimeSlices, fits: true, devices: []string{"gpu-7-ts"}},
 		"all time slices, full model": {k: 0, claim: allTimeSlices, fits: true, devices: []string{"gpu-0-ts", "gpu-1-ts", "gpu-2-ts", "gpu-3-ts", "gpu-4-ts", "gpu-5-ts", "gpu-6-ts", "gpu-7-ts"}},
 		"eight 1g on two GPUs, K=2":   {k: 2, claim: at.Claim("eight", at.Exactly("mig", "mig."+driverName, 8, at.Profile("1g.10gb"))), fits: true},
 		"a share beside a 7g, K=1":    {k: 1, claim: at.Claim("mixed", at.Exactly("mig", "mig."+driverName, 1, at.Profile("7g.80gb")), at.Exactly("ts", "timeslice."+driverName, 1))},
@@ -252,8 +255,8 @@ func TestReserveRefusesMoreThanKFreshGPUs(t *testing.T) {
 		allocated[d] = true
 	}
 	c.Slices = namedSlices(reserveView(t, n, 1, allocated), n.Name)
-	if got := c.MustAllocate(t, n.Name, seven(1)); !slices.Equal(at.Devices(got[0]), []string{"gpu-1-mig-7g80gb-0"}) {
-		t.Errorf("second 7g got %v, want gpu-1-mig-7g80gb-0", at.Devices(got[0]))
+	if got := c.MustAllocate(t, n.Name, seven(1)); !slices.Equal(at.Devices(got[0]), []string{"gpu-6-mig-7g80gb-0"}) {
+		t.Errorf("second 7g got %v, want gpu-6-mig-7g80gb-0", at.Devices(got[0]))
 	}
 }
 
@@ -272,4 +275,59 @@ func reserveView(t *testing.T, n *simnode.Node, k int, allocated map[string]bool
 	}
 	res, _ := tracker.Hide(t.Context(), n.Resources, n.Name, nil)
 	return res
+}
+
+// TestWholeGPUClaimsLeaveTheSpare: one-GPU claims filling a DGX H100 under
+// the reserve policy (K=1), allocated by the upstream allocator, which is
+// first-fit in publication order, and then churned at 6 of 8 GPUs, never
+// take the spare and so never change what the node publishes, until the
+// claim that fills the node takes the spare and its MIG placements and
+// shares are withdrawn. (A spare at the bottom of the order was taken by
+// every one-GPU claim: two publications per claim, each a slice update that
+// every scheduler re-reads.)
+func TestWholeGPUClaimsLeaveTheSpare(t *testing.T) {
+	n := simnode.New(t, "dgxh100", "node-1")
+	seen := &seenAllocations{devices: map[string]bool{}}
+	tracker, err := reserve.New(t.Context(), reserve.Options{Policy: devicemodel.ReservePolicy{SpareGPUs: 1}, Allocated: seen, Hold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func() []*resourceapi.ResourceSlice {
+		res, _ := tracker.Hide(t.Context(), n.Resources, n.Name, nil)
+		return namedSlices(devicemodel.Withdraw(res, n.Name, seen.devices), n.Name)
+	}
+	c := at.NewCluster(publish(), deviceclass.DeviceClasses(driverName))
+	updates := 0
+	allocate := func(i int) *resourceapi.ResourceClaim {
+		claim := at.Claim(fmt.Sprintf("one-%d", i), at.Exactly("gpu", driverName, 1))
+		got := c.MustAllocate(t, n.Name, claim)[0] // recorded in c.Allocated
+		for _, d := range at.Devices(got) {
+			seen.devices[d] = true
+		}
+		if next := publish(); !equality.Semantic.DeepEqual(next, c.Slices) {
+			updates++
+			c.Slices = next
+		}
+		return got
+	}
+	for i := range 6 {
+		allocate(i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 50 {
+		gone := c.Allocated[rng.IntN(len(c.Allocated))]
+		c.Release(gone)
+		for _, d := range at.Devices(gone) {
+			delete(seen.devices, d)
+		}
+		allocate(6 + i)
+	}
+	if updates != 0 || !slices.Equal(tracker.Spares(), []string{"gpu-7"}) {
+		t.Fatalf("6 one-GPU claims and 50 replaced: %d publications changed, spares %v; want none, gpu-7", updates, tracker.Spares())
+	}
+	allocate(100)
+	allocate(101) // the node is full: the spare is taken
+	if updates != 1 || len(tracker.Spares()) != 0 {
+		t.Errorf("the node filled: %d publications changed, spares %v; want 1 (the spare's MIG placements and shares withdrawn), none", updates, tracker.Spares())
+	}
 }

@@ -86,13 +86,13 @@ func TestRunReserve(t *testing.T) {
 	}
 	all := []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7"}
 	expect("at start", 5*time.Second, all...)
-	expect("after the start hold", 5*time.Second, "gpu-0")
-	alloc.set("gpu-0-mig-1g10gb-6")
-	expect("a MIG device allocated on the spare", 5*time.Second, "gpu-0", "gpu-1")
+	expect("after the start hold", 5*time.Second, "gpu-7")
+	alloc.set("gpu-7-mig-1g10gb-6")
+	expect("a MIG device allocated on the spare", 5*time.Second, "gpu-6", "gpu-7")
 	alloc.set()
 	time.Sleep(hold / 2)
-	if got := target.partitioned(); !slices.Equal(got, []string{"gpu-0", "gpu-1"}) {
-		t.Fatalf("during the hold: published on %v, want gpu-0 still", got)
+	if got := target.partitioned(); !slices.Equal(got, []string{"gpu-6", "gpu-7"}) {
+		t.Fatalf("during the hold: published on %v, want gpu-7 still", got)
 	}
-	expect("after the hold", 5*time.Second, "gpu-1")
+	expect("after the hold", 5*time.Second, "gpu-6")
 }

@@ -194,13 +194,21 @@ func (t *Tracker) Show(ctx context.Context, use devicemodel.GPUUse) (map[string]
 }
 
 // chooseSpares keeps the spares that are still free GPUs, in their order,
-// and adds the first free GPUs in publication order up to K; it reports
+// and adds the last free GPUs in publication order up to K; it reports
 // whether the choice changed. A spare stops being one only when it is
 // used (or leaves the node), never because another GPU became free.
+//
+// Last, because the allocator is first-fit in publication order (the
+// upstream allocator sorts a pool's slices by name, and the resourceslice
+// controller starts each name with the slice's index): a whole-GPU claim
+// takes the lowest free GPU, so it reaches a spare at the top only when no
+// other GPU of the node is free. A spare at the bottom was taken by nearly
+// every whole-GPU claim, and each time the node published twice (the next
+// spare's MIG placements and shares, then the used one's withdrawn).
 func (t *Tracker) chooseSpares(use devicemodel.GPUUse) bool {
 	free := func(gpu string) bool { return slices.Contains(use.GPUs, gpu) && !use.Busy[gpu] }
 	kept := slices.DeleteFunc(slices.Clone(t.spares), func(gpu string) bool { return !free(gpu) })
-	for _, gpu := range use.GPUs {
+	for _, gpu := range slices.Backward(use.GPUs) {
 		if len(kept) >= t.opts.Policy.SpareGPUs {
 			break
 		}

@@ -37,39 +37,46 @@ func newTracker(t *testing.T, k int, hold time.Duration, file string, now *time.
 	return tr
 }
 
-// TestSparesAreSticky: the spares are the first free GPUs at first, then
-// stay spares until used, whatever else becomes free; a used spare is
-// replaced by the first free GPU.
+// TestSparesAreSticky: the spares are the last free GPUs in publication
+// order at first (whole-GPU claims, first-fit, take the lowest free GPU),
+// then stay spares until used, whatever else becomes free; a used spare is
+// replaced by the last free GPU.
 func TestSparesAreSticky(t *testing.T) {
 	type step struct {
 		partitioned, busy []string
 		spares, shown     []string
 	}
 	for name, steps := range map[string][]step{
-		"first free GPUs": {
-			{busy: []string{"gpu-0"}, spares: []string{"gpu-1"}, shown: []string{"gpu-1"}},
+		"last free GPUs": {
+			{busy: []string{"gpu-3"}, spares: []string{"gpu-2"}, shown: []string{"gpu-2"}},
 		},
-		"a GPU freed below the spare does not take its place": {
-			{busy: []string{"gpu-0"}, spares: []string{"gpu-1"}, shown: []string{"gpu-1"}},
-			{spares: []string{"gpu-1"}, shown: []string{"gpu-1"}},
+		"whole GPUs taken in first-fit order leave the spare": {
+			{spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+			{busy: []string{"gpu-0"}, spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+			{busy: []string{"gpu-0", "gpu-1"}, spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+			{busy: []string{"gpu-0", "gpu-1", "gpu-2"}, spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+		},
+		"a GPU freed above the spare does not take its place": {
+			{busy: []string{"gpu-3"}, spares: []string{"gpu-2"}, shown: []string{"gpu-2"}},
+			{spares: []string{"gpu-2"}, shown: []string{"gpu-2"}},
 		},
 		"a used spare is replaced and stays shown while partitioned": {
-			{spares: []string{"gpu-0"}, shown: []string{"gpu-0"}},
-			{partitioned: []string{"gpu-0"}, spares: []string{"gpu-1"}, shown: []string{"gpu-0", "gpu-1"}},
-			{partitioned: []string{"gpu-0", "gpu-1"}, busy: []string{"gpu-2"}, spares: []string{"gpu-3"}, shown: []string{"gpu-0", "gpu-1", "gpu-3"}},
+			{spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+			{partitioned: []string{"gpu-3"}, spares: []string{"gpu-2"}, shown: []string{"gpu-2", "gpu-3"}},
+			{partitioned: []string{"gpu-2", "gpu-3"}, busy: []string{"gpu-1"}, spares: []string{"gpu-0"}, shown: []string{"gpu-0", "gpu-2", "gpu-3"}},
 		},
 		"a spare held whole is replaced": {
-			{spares: []string{"gpu-0"}, shown: []string{"gpu-0"}},
-			{busy: []string{"gpu-0"}, spares: []string{"gpu-1"}, shown: []string{"gpu-1"}},
-			{spares: []string{"gpu-1"}, shown: []string{"gpu-1"}},
+			{spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+			{busy: []string{"gpu-3"}, spares: []string{"gpu-2"}, shown: []string{"gpu-2"}},
+			{spares: []string{"gpu-2"}, shown: []string{"gpu-2"}},
 		},
 		"a freed partitioned GPU is hidden, the spare stays": {
-			{partitioned: []string{"gpu-0"}, spares: []string{"gpu-1"}, shown: []string{"gpu-0", "gpu-1"}},
-			{spares: []string{"gpu-1"}, shown: []string{"gpu-1"}},
+			{partitioned: []string{"gpu-0"}, spares: []string{"gpu-3"}, shown: []string{"gpu-0", "gpu-3"}},
+			{spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
 		},
 		"no free GPU, no spare": {
 			{busy: gpus, spares: []string{}, shown: []string{}},
-			{busy: []string{"gpu-0", "gpu-1", "gpu-2"}, spares: []string{"gpu-3"}, shown: []string{"gpu-3"}},
+			{busy: []string{"gpu-1", "gpu-2", "gpu-3"}, spares: []string{"gpu-0"}, shown: []string{"gpu-0"}},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -101,7 +108,7 @@ func TestHold(t *testing.T) {
 	}
 	now = now.Add(31 * time.Second)
 	show, after = tr.Show(t.Context(), use([]string{"gpu-2"}, nil))
-	if want := []string{"gpu-0", "gpu-2"}; !slices.Equal(slices.Sorted(maps.Keys(show)), want) || after != 0 {
+	if want := []string{"gpu-2", "gpu-3"}; !slices.Equal(slices.Sorted(maps.Keys(show)), want) || after != 0 {
 		t.Fatalf("after the start hold: shown %v, again after %s; want %v, 0", show, after, want)
 	}
 	now = now.Add(time.Second)
@@ -120,32 +127,32 @@ func TestHold(t *testing.T) {
 }
 
 // TestSparesSurviveRestart: a restarted tracker keeps the spares it
-// saved, though a lower GPU became free meanwhile, and drops a saved spare
+// saved, though other GPUs became free meanwhile, and drops a saved spare
 // that is now used; an unreadable state file is chosen anew.
 func TestSparesSurviveRestart(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "reserve.json")
 	now := time.Unix(1000, 0)
 	tr := newTracker(t, 2, -1, file, &now)
-	tr.Show(t.Context(), use(nil, []string{"gpu-0", "gpu-2"}))
-	if want := []string{"gpu-1", "gpu-3"}; !slices.Equal(tr.Spares(), want) {
+	tr.Show(t.Context(), use(nil, []string{"gpu-1", "gpu-3"}))
+	if want := []string{"gpu-2", "gpu-0"}; !slices.Equal(tr.Spares(), want) {
 		t.Fatalf("spares %v, want %v", tr.Spares(), want)
 	}
 	restarted := newTracker(t, 2, -1, file, &now)
 	restarted.Show(t.Context(), use(nil, nil))
-	if want := []string{"gpu-1", "gpu-3"}; !slices.Equal(restarted.Spares(), want) {
-		t.Errorf("after a restart with gpu-0 and gpu-2 free: spares %v, want %v", restarted.Spares(), want)
+	if want := []string{"gpu-2", "gpu-0"}; !slices.Equal(restarted.Spares(), want) {
+		t.Errorf("after a restart with gpu-1 and gpu-3 free: spares %v, want %v", restarted.Spares(), want)
 	}
 	again := newTracker(t, 2, -1, file, &now)
-	again.Show(t.Context(), use([]string{"gpu-1"}, nil))
-	if want := []string{"gpu-3", "gpu-0"}; !slices.Equal(again.Spares(), want) {
-		t.Errorf("after a restart with gpu-1 partitioned: spares %v, want %v", again.Spares(), want)
+	again.Show(t.Context(), use([]string{"gpu-2"}, nil))
+	if want := []string{"gpu-0", "gpu-3"}; !slices.Equal(again.Spares(), want) {
+		t.Errorf("after a restart with gpu-2 partitioned: spares %v, want %v", again.Spares(), want)
 	}
 	if err := os.WriteFile(file, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fresh := newTracker(t, 1, -1, file, &now)
 	fresh.Show(t.Context(), use(nil, nil))
-	if want := []string{"gpu-0"}; !slices.Equal(fresh.Spares(), want) {
+	if want := []string{"gpu-3"}; !slices.Equal(fresh.Spares(), want) {
 		t.Errorf("unreadable state: spares %v, want %v", fresh.Spares(), want)
 	}
 }
@@ -178,8 +185,8 @@ func TestUnsyncedShowsEverything(t *testing.T) {
 		t.Fatalf("29s after the sync: shown %v, want every GPU", show)
 	}
 	now = now.Add(2 * time.Second)
-	if show, _ := tr.Show(t.Context(), use(nil, nil)); len(show) != 1 || !show["gpu-0"] {
-		t.Fatalf("31s after the sync: shown %v, want the spare gpu-0", show)
+	if show, _ := tr.Show(t.Context(), use(nil, nil)); len(show) != 1 || !show["gpu-3"] {
+		t.Fatalf("31s after the sync: shown %v, want the spare gpu-3", show)
 	}
 }
 

@@ -68,21 +68,21 @@ func TestReservePolicy(t *testing.T) {
 
 	p := start()
 	expect("every GPU's at start", "gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7")
-	expect("the spare's after the start hold", "gpu-0")
+	expect("the spare's after the start hold", "gpu-7")
 
 	claim := at.Claim("mig", at.Exactly("mig", "mig."+driverName, 1, at.Profile("1g.10gb")))
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mig", Driver: driverName, Pool: nodeName, Device: "gpu-0-mig-1g10gb-6"}},
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mig", Driver: driverName, Pool: nodeName, Device: "gpu-7-mig-1g10gb-6"}},
 	}}
 	claims := client.ResourceV1().ResourceClaims(claim.Namespace)
 	if _, err := claims.Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("a MIG device allocated on the spare", "gpu-0", "gpu-1")
+	expect("a MIG device allocated on the spare", "gpu-6", "gpu-7")
 	if err := claims.Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("the claim gone, a hold later", "gpu-1")
+	expect("the claim gone, a hold later", "gpu-6")
 
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
@@ -90,5 +90,5 @@ func TestReservePolicy(t *testing.T) {
 	p = start()
 	defer func() { _ = p.Stop() }()
 	expect("every GPU's after the restart", "gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7")
-	expect("the same spare after the restart", "gpu-1")
+	expect("the same spare after the restart", "gpu-6")
 }

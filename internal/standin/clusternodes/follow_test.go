@@ -154,18 +154,18 @@ func TestFollowReserve(t *testing.T) {
 			return true
 		}
 	}
-	waitFor("hold after the first publication ended", onlySpare("gpu-0"))
+	waitFor("hold after the first publication ended", onlySpare("gpu-7"))
 
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "ns", UID: "uid-mine"},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.dra.dev", Pool: node, Device: "gpu-0"}},
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.dra.dev", Pool: node, Device: "gpu-7"}},
 		}}},
 	}
 	if _, err := client.ResourceV1().ResourceClaims("ns").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("spare moved to gpu-1 once gpu-0 is held", onlySpare("gpu-1"))
+	waitFor("spare moved to gpu-6 once gpu-7 is held", onlySpare("gpu-6"))
 }
 
 // followDGX follows one node publishing the printed DGX H100 slices under
