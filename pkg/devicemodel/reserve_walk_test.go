@@ -331,3 +331,55 @@ func TestWholeGPUClaimsLeaveTheSpare(t *testing.T) {
 		t.Errorf("the node filled: %d publications changed, spares %v; want 1 (the spare's MIG placements and shares withdrawn), none", updates, tracker.Spares())
 	}
 }
+
+// TestFullNodeChurnLeavesThePublication: a DGX H100 kept full by one-GPU
+// claims (the scheduler packs nodes), each replaced a second after its
+// predecessor goes, under the reserve policy with the default hold: the
+// freed GPU is taken whole again before it has been free for the hold, so
+// it never becomes the spare and the node's publication never changes.
+// (Promoted at once, it was published and withdrawn again for every
+// replaced claim.)
+func TestFullNodeChurnLeavesThePublication(t *testing.T) {
+	n := simnode.New(t, "dgxh100", "node-1")
+	seen := &seenAllocations{devices: map[string]bool{}}
+	clock := time.Unix(0, 0)
+	tracker, err := reserve.New(t.Context(), reserve.Options{Policy: devicemodel.ReservePolicy{SpareGPUs: 1}, Allocated: seen,
+		Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := at.NewCluster(nil, deviceclass.DeviceClasses(driverName))
+	updates := 0
+	publish := func(d time.Duration) {
+		clock = clock.Add(d)
+		seen.devices = map[string]bool{}
+		for _, claim := range c.Allocated {
+			for _, d := range at.Devices(claim) {
+				seen.devices[d] = true
+			}
+		}
+		res, _ := tracker.Hide(t.Context(), n.Resources, n.Name, nil)
+		if next := namedSlices(devicemodel.Withdraw(res, n.Name, seen.devices), n.Name); !equality.Semantic.DeepEqual(next, c.Slices) {
+			updates++
+			c.Slices = next
+		}
+	}
+	publish(0)
+	publish(time.Hour) // past the start hold
+	for i := range 8 {
+		c.MustAllocate(t, n.Name, at.Claim(fmt.Sprintf("fill-%d", i), at.Exactly("gpu", driverName, 1)))
+		publish(time.Second)
+	}
+	publish(time.Minute) // the used spare's hold ends
+	updates = 0
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 50 {
+		c.Release(c.Allocated[rng.IntN(len(c.Allocated))])
+		publish(time.Second)
+		c.MustAllocate(t, n.Name, at.Claim(fmt.Sprintf("churn-%d", i), at.Exactly("gpu", driverName, 1)))
+		publish(time.Second)
+	}
+	if updates != 0 {
+		t.Errorf("50 one-GPU claims replaced on a full node: the publication changed %d times, want 0", updates)
+	}
+}

@@ -77,6 +77,11 @@ type Tracker struct {
 	// previous instance published (and the scheduler may have allocated)
 	// stays until the node knows it.
 	started time.Time
+	// freeSince is when each free GPU was last seen becoming free; one
+	// becomes a spare only a Hold later (chooseSpares). chosen: spares
+	// were chosen once, so a free GPU not in freeSince was just freed.
+	freeSince map[string]time.Time
+	chosen    bool
 }
 
 // state is the StateFile's content.
@@ -95,7 +100,7 @@ func New(ctx context.Context, opts Options) (*Tracker, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	t := &Tracker{opts: opts, qualified: map[string]bool{}, stopped: map[string]time.Time{}}
+	t := &Tracker{opts: opts, qualified: map[string]bool{}, stopped: map[string]time.Time{}, freeSince: map[string]time.Time{}}
 	if opts.StateFile == "" {
 		return t, nil
 	}
@@ -157,15 +162,19 @@ func (t *Tracker) Show(ctx context.Context, use devicemodel.GPUUse) (map[string]
 	if t.started.IsZero() {
 		t.started = now
 	}
+	var after time.Duration
 	if t.opts.Allocated != nil && !t.opts.Allocated.Synced() {
 		// Not knowing what is allocated, publish everything and keep
 		// the spares as they are.
 		t.started = now
-	} else if t.chooseSpares(use) {
-		t.save(ctx)
+	} else {
+		changed, wait := t.chooseSpares(use, now)
+		if changed {
+			t.save(ctx)
+		}
+		after = wait
 	}
 	show := map[string]bool{}
-	var after time.Duration
 	for _, gpu := range use.GPUs {
 		if use.Partitioned[gpu] || slices.Contains(t.spares, gpu) {
 			t.qualified[gpu] = true
@@ -195,33 +204,67 @@ func (t *Tracker) Show(ctx context.Context, use devicemodel.GPUUse) (map[string]
 
 // chooseSpares keeps the spares that are still free GPUs, in their order,
 // and adds the last free GPUs in publication order up to K; it reports
-// whether the choice changed. A spare stops being one only when it is
-// used (or leaves the node), never because another GPU became free.
+// whether the choice changed, and how long until a GPU that is too newly
+// free becomes eligible while spares are missing (0: none). A spare stops
+// being one only when it is used (or leaves the node), never because
+// another GPU became free.
 //
 // Last, because the allocator is first-fit in publication order (the
 // upstream allocator sorts a pool's slices by name, and the resourceslice
-// controller starts each name with the slice's index): a whole-GPU claim
+// controller starts each name with the slice's index): a one-GPU claim
 // takes the lowest free GPU, so it reaches a spare at the top only when no
 // other GPU of the node is free. A spare at the bottom was taken by nearly
-// every whole-GPU claim, and each time the node published twice (the next
+// every one-GPU claim, and each time the node published twice (the next
 // spare's MIG placements and shares, then the used one's withdrawn).
-func (t *Tracker) chooseSpares(use devicemodel.GPUUse) bool {
+//
+// A GPU freed while the node had no free GPU to spare becomes a spare only
+// a Hold after it was freed: on a node kept full by one-GPU pods, the
+// freed GPU is usually taken whole again within seconds, and promoting it
+// at once made the same two publications per pod. GPUs free at the first
+// choice are eligible at once.
+func (t *Tracker) chooseSpares(use devicemodel.GPUUse, now time.Time) (bool, time.Duration) {
 	free := func(gpu string) bool { return slices.Contains(use.GPUs, gpu) && !use.Busy[gpu] }
+	first := !t.chosen
+	t.chosen = true
+	for gpu := range t.freeSince {
+		if !free(gpu) {
+			delete(t.freeSince, gpu)
+		}
+	}
+	for _, gpu := range use.GPUs {
+		if _, ok := t.freeSince[gpu]; !ok && free(gpu) {
+			t.freeSince[gpu] = now
+			if first {
+				t.freeSince[gpu] = now.Add(-max(t.opts.Hold, 0))
+			}
+		}
+	}
 	kept := slices.DeleteFunc(slices.Clone(t.spares), func(gpu string) bool { return !free(gpu) })
+	var wait time.Duration
 	for _, gpu := range slices.Backward(use.GPUs) {
 		if len(kept) >= t.opts.Policy.SpareGPUs {
 			break
 		}
-		if free(gpu) && !slices.Contains(kept, gpu) {
-			kept = append(kept, gpu)
+		if !free(gpu) || slices.Contains(kept, gpu) {
+			continue
 		}
+		if left := t.opts.Hold - now.Sub(t.freeSince[gpu]); left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
+			continue
+		}
+		kept = append(kept, gpu)
 	}
 	if len(kept) > t.opts.Policy.SpareGPUs { // K lowered since the state was saved
 		kept = kept[:t.opts.Policy.SpareGPUs]
 	}
+	if len(kept) >= t.opts.Policy.SpareGPUs {
+		wait = 0
+	}
 	changed := !slices.Equal(kept, t.spares)
 	t.spares = kept
-	return changed
+	return changed, wait
 }
 
 // save writes the spare choice; a failure only costs stickiness across a

@@ -195,3 +195,32 @@ func TestNewRefusesK0(t *testing.T) {
 		t.Error("New with spareGPUs 0 succeeded")
 	}
 }
+
+// TestFreedGPUWaitsAHoldToBeASpare: on a full node, a freed GPU becomes
+// the spare only once it has stayed free for the hold (a one-GPU pod
+// usually takes it again first), and the tracker asks to be called when
+// that is; GPUs free at the first choice are spares at once (TestHold).
+func TestFreedGPUWaitsAHoldToBeASpare(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := newTracker(t, 1, 30*time.Second, "", &now)
+	tr.Show(t.Context(), use(nil, gpus))
+	now = now.Add(time.Hour) // past the start hold
+	step := func(what string, busy []string, wantSpares []string, wantAfter time.Duration) {
+		t.Helper()
+		show, after := tr.Show(t.Context(), use(nil, busy))
+		if got := tr.Spares(); !slices.Equal(got, wantSpares) && len(got)+len(wantSpares) > 0 {
+			t.Fatalf("%s: spares %v, want %v", what, got, wantSpares)
+		}
+		if len(show) != len(wantSpares) || after != wantAfter {
+			t.Fatalf("%s: shown %v, again after %s; want the spares %v, %s", what, show, after, wantSpares, wantAfter)
+		}
+	}
+	step("full", gpus, nil, 0)
+	step("gpu-1 freed", []string{"gpu-0", "gpu-2", "gpu-3"}, nil, 30*time.Second)
+	now = now.Add(10 * time.Second)
+	step("10s later", []string{"gpu-0", "gpu-2", "gpu-3"}, nil, 20*time.Second)
+	step("taken again", gpus, nil, 0)
+	step("freed again", []string{"gpu-0", "gpu-2", "gpu-3"}, nil, 30*time.Second)
+	now = now.Add(30 * time.Second)
+	step("free for the hold", []string{"gpu-0", "gpu-2", "gpu-3"}, []string{"gpu-1"}, 0)
+}
