@@ -106,23 +106,13 @@ func (c *Controller) removeLeftovers(ctx context.Context) error {
 const defaultLeftoverPeriod = 3 * time.Minute
 
 // removeLeftoversPeriodically runs removeLeftoversUntilDone, then again
-// every leftoverPeriod, until ctx is done.
+// leftoverPeriod after each pass ends, until ctx is done.
 func (c *Controller) removeLeftoversPeriodically(ctx context.Context) {
 	period := c.leftoverPeriod
 	if period == 0 {
 		period = defaultLeftoverPeriod
 	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		c.removeLeftoversUntilDone(ctx)
-		timer.Reset(period)
-	}
+	wait.UntilWithContext(ctx, c.removeLeftoversUntilDone, period)
 }
 
 // removeLeftoversUntilDone retries removeLeftovers with backoff (1s up to
