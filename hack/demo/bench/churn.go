@@ -209,7 +209,7 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 		return phase{}, phase{}, err
 	}
 	if err := pods.waitBound(ctx, target, 5*time.Minute); err != nil {
-		fmt.Print(b.stallReport(ctx, sched, ns))
+		fmt.Print(b.stallReport(ctx, sched, ns, benchLabel+"=churn-"+m.name))
 		return phase{}, phase{}, fmt.Errorf("fill: %w", err)
 	}
 	filled := sched.sample(ctx, followers)
@@ -226,7 +226,7 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 		return phase{}, phase{}, fmt.Errorf("churn: %w", err)
 	}
 	if err := pods.waitBound(ctx, target+cfg.churnPods, 5*time.Minute); err != nil {
-		fmt.Print(b.stallReport(ctx, sched, ns))
+		fmt.Print(b.stallReport(ctx, sched, ns, benchLabel+"=churn-"+m.name))
 		return phase{}, phase{}, fmt.Errorf("churn: %w", err)
 	}
 	churn := sched.sample(ctx, followers).since(filled, cfg.churnPods)

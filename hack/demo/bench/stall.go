@@ -12,13 +12,25 @@ import (
 )
 
 // stallReport says why the pods of ns that are still unbound wait, so that
-// a stall explains itself in the bench's output (one such stall of the
-// reserve model was never explained: docs/performance.md): the scheduler's
-// queues (a pod parked as unschedulable that no event requeues waits for
-// the 5-minute flush), the pods' PodScheduled reasons, grouped, their
+// a stall explains itself in the bench's output: the scheduler's queues (a
+// pod parked as unschedulable that no event requeues waits for the 5-minute
+// flush), the taints of the nodes nodeSelector selects (stand-in nodes
+// whose Leases lapsed are tainted unreachable for good: the stall of
+// docs/performance.md), the pods' PodScheduled reasons, grouped, their
 // claims' state, and one waiting pod's events.
-func (b *bench) stallReport(ctx context.Context, sched *scheduler, ns string) string {
+func (b *bench) stallReport(ctx context.Context, sched *scheduler, ns, nodeSelector string) string {
 	var out strings.Builder
+	if nodes, err := b.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodeSelector}); err != nil {
+		fmt.Fprintf(&out, "    nodes: %v\n", err)
+	} else {
+		taints := map[string]int{}
+		for _, n := range nodes.Items {
+			for _, t := range n.Spec.Taints {
+				taints[t.Key+":"+string(t.Effect)]++
+			}
+		}
+		fmt.Fprintf(&out, "    %d nodes, tainted: %v\n", len(nodes.Items), taints)
+	}
 	if lines, err := sched.metrics(ctx, "scheduler_pending_pods{"); err != nil {
 		fmt.Fprintf(&out, "    scheduler queues: %v\n", err)
 	} else {

@@ -18,10 +18,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"sync"
-	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +28,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -96,8 +92,8 @@ func parseSlices(data []byte) ([]*resourceapi.ResourceSlice, error) {
 }
 
 // Add creates the Node name, Ready and with room for many pods, carrying
-// labels (and kubernetes.io/hostname), then its slices, which get the same
-// labels and the Node as owner.
+// labels (and kubernetes.io/hostname), its Lease, then its slices, which
+// get the same labels and the Node as owner.
 func Add(ctx context.Context, client kubernetes.Interface, name string, labels map[string]string, slices []*resourceapi.ResourceSlice) error {
 	nodeLabels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
 	maps.Copy(nodeLabels, labels)
@@ -125,6 +121,11 @@ func Add(ctx context.Context, client kubernetes.Interface, name string, labels m
 	if err != nil {
 		return fmt.Errorf("node %s status: %w", name, err)
 	}
+	// The node lifecycle controller's grace period starts now; RenewLeases
+	// keeps the Lease fresh after.
+	if _, err := renewLease(ctx, client, name, nil); err != nil {
+		return err
+	}
 	for _, s := range slices {
 		s.Labels = maps.Clone(labels)
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}}
@@ -133,47 +134,6 @@ func Add(ctx context.Context, client kubernetes.Interface, name string, labels m
 		}
 	}
 	return nil
-}
-
-// RenewLeases keeps the nodes' Leases fresh until stop is called, so the node
-// lifecycle controller does not taint them unreachable.
-func RenewLeases(ctx context.Context, client kubernetes.Interface, nodes []string) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	renew := func() {
-		for _, n := range nodes {
-			now := metav1.NewMicroTime(time.Now())
-			l, err := leases.Get(ctx, n, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				_, _ = leases.Create(ctx, &coordinationv1.Lease{
-					ObjectMeta: metav1.ObjectMeta{Name: n},
-					Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-				}, metav1.CreateOptions{})
-				continue
-			}
-			if err == nil {
-				l.Spec.RenewTime = &now
-				_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
-			}
-		}
-	}
-	renew()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				renew()
-			}
-		}
-	}()
-	return func() { cancel(); wg.Wait() }
 }
 
 // Remove deletes the ResourceSlices that sliceSelector (a label selector)
