@@ -26,4 +26,6 @@ go build -o bin/bench ./hack/demo/bench
 demo_up
 echo "kube-scheduler: $(readlink "/proc/$(cat "$GDD_STATE_DIR/pids/kube-scheduler.pid")/exe")"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg), Kubernetes $(kubectl version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
-./bin/bench -plugin bin/dra-kubelet-plugin -scheduler-pid "$(cat "$GDD_STATE_DIR/pids/kube-scheduler.pid")" "$@"
+pid() { cat "$GDD_STATE_DIR/pids/$1.pid"; }
+./bin/bench -plugin bin/dra-kubelet-plugin -scheduler-pid "$(pid kube-scheduler)" \
+  -control-plane-pids "apiserver=$(pid kube-apiserver),etcd=$(pid etcd)" "$@"

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +75,7 @@ type phase struct {
 	attempts      float64 // negative: the metrics were not read
 	publications  int64
 	load          string
+	planeCPU      map[string]time.Duration // other control-plane processes
 }
 
 func (p phase) podsPerSecond() float64 { return float64(p.pods) / p.took.Seconds() }
@@ -85,15 +88,30 @@ func (p phase) String() string {
 	if p.attempts > 0 {
 		attempts = fmt.Sprintf("%.0f of %.0f attempts unschedulable", p.unschedulable, p.attempts)
 	}
-	return fmt.Sprintf("%4d pods in %6s = %5.1f pods/s, scheduler CPU %5.1f ms/pod (bench %4.1f ms/pod), %s, %4d slice updates, load %s",
+	perPod := func(d time.Duration) float64 {
+		return float64((d / time.Duration(max(1, p.pods))).Microseconds()) / 1000
+	}
+	var plane strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(p.planeCPU)) {
+		fmt.Fprintf(&plane, ", %s %.1f", name, perPod(p.planeCPU[name]))
+	}
+	return fmt.Sprintf("%4d pods in %6s = %5.1f pods/s, scheduler CPU %5.1f ms/pod (bench %4.1f%s ms/pod), %s, %4d slice updates, load %s",
 		p.pods, p.took.Round(100*time.Millisecond), p.podsPerSecond(), float64(p.cpuPerPod().Microseconds())/1000,
-		float64((p.benchCPU/time.Duration(max(1, p.pods))).Microseconds())/1000, attempts, p.publications, p.load)
+		perPod(p.benchCPU), plane.String(), attempts, p.publications, p.load)
 }
 
 // add sums phases, for the figures over all rounds.
 func (p phase) add(q phase) phase {
+	plane := maps.Clone(p.planeCPU)
+	if plane == nil {
+		plane = map[string]time.Duration{}
+	}
+	for name, v := range q.planeCPU {
+		plane[name] += v
+	}
 	return phase{pods: p.pods + q.pods, took: p.took + q.took, schedCPU: p.schedCPU + q.schedCPU, benchCPU: p.benchCPU + q.benchCPU,
-		unschedulable: p.unschedulable + q.unschedulable, attempts: p.attempts + q.attempts, publications: p.publications + q.publications}
+		unschedulable: p.unschedulable + q.unschedulable, attempts: p.attempts + q.attempts, publications: p.publications + q.publications,
+		planeCPU: plane}
 }
 
 // churn compares the models on the real scheduler the way a busy cluster
@@ -103,7 +121,7 @@ func (p phase) add(q phase) phase {
 // replaced with at most cfg.backlog pods waiting. The models take turns,
 // each with nodes of its own; the ratios are of the same run.
 func (b *bench) churn(ctx context.Context, cfg config) error {
-	sched, err := newScheduler(b.cluster.Config, cfg.schedulerPID, cfg.schedulerURL)
+	sched, err := newScheduler(b.cluster.Config, cfg.schedulerPID, cfg.schedulerURL, cfg.controlPlanePIDs)
 	if err != nil {
 		return err
 	}
@@ -185,6 +203,7 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 	}
 	stopLeases := clusternodes.RenewLeases(ctx, b.client, names)
 	defer stopLeases()
+	followStart := time.Now()
 	followers, err := clusternodes.Follow(ctx, b.client, vocabulary.DriverName, resources, m.reserve)
 	if err != nil {
 		return phase{}, phase{}, err
@@ -194,6 +213,15 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 		return followers.Published(), nil
 	}); err != nil {
 		return phase{}, phase{}, fmt.Errorf("slices of %d nodes not all published after 3m: %w", len(names), err)
+	}
+	if m.reserve.Enabled() {
+		// Nodes of a real cluster start long before their pods come: the
+		// fill should not pay for every node ending its start hold (each
+		// GPU's MIG placements and shares published for the hold after the
+		// first publication, then withdrawn) in the middle of it.
+		if err := settle(ctx, followers, followStart.Add(m.reserve.Hold())); err != nil {
+			return phase{}, phase{}, err
+		}
 	}
 
 	ns := fmt.Sprintf("bench-churn-%s-%d", m.name, round)
@@ -221,6 +249,13 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 	var profiled <-chan error
 	if profile != "" {
 		profiled = sched.profile(ctx, profile, cfg.profileSeconds)
+	}
+	if profile != "" && cfg.benchProfile != "" {
+		stop, err := profileSelf(cfg.benchProfile)
+		if err != nil {
+			return phase{}, phase{}, err
+		}
+		defer stop()
 	}
 	if err := c.replace(ctx, cfg.churnPods, cfg.backlog); err != nil {
 		return phase{}, phase{}, fmt.Errorf("churn: %w", err)
@@ -397,6 +432,46 @@ func (w *podWatch) waitBound(ctx context.Context, n int, timeout time.Duration) 
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	return nil
+}
+
+// profileSelf writes this process's CPU profile to path until stop.
+func profileSelf(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		fmt.Printf("  bench CPU profile of the full model's churn: %s\n", path)
+	}, nil
+}
+
+// settle waits until after and then until the followers have published
+// nothing for two seconds.
+func settle(ctx context.Context, f *clusternodes.Followers, after time.Time) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(after)):
+	}
+	last, quiet := f.Publications(), 0
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, false, func(context.Context) (bool, error) {
+		now := f.Publications()
+		if now != last {
+			last, quiet = now, 0
+			return false, nil
+		}
+		quiet++
+		return quiet >= 4 && f.Published(), nil
+	}); err != nil {
+		return fmt.Errorf("nodes still publishing 3m after their start hold: %w", err)
 	}
 	return nil
 }

@@ -62,7 +62,8 @@ type config struct {
 	churnModels                                 string
 	fill                                        float64
 	schedulerPID                                int
-	schedulerURL, profile                       string
+	controlPlanePIDs                            string
+	schedulerURL, profile, benchProfile         string
 	profileSeconds                              int
 }
 
@@ -84,9 +85,11 @@ func main() {
 	flag.StringVar(&cfg.churnModels, "churn-models", "full,reserve-k1", "Models compared with whole-gpu under churn: full (the default policy), reserve-k1 (the default policy with reserve: {spareGPUs: 1}).")
 	flag.IntVar(&cfg.backlog, "backlog", 50, "Most pods waiting to be bound during the churn.")
 	flag.IntVar(&cfg.schedulerPID, "scheduler-pid", 0, "PID of kube-scheduler, whose CPU the churn measures.")
+	flag.StringVar(&cfg.controlPlanePIDs, "control-plane-pids", "", "name=PID,... of the other control-plane processes (kube-apiserver, etcd) whose CPU per pod the churn prints beside the scheduler's.")
 	flag.StringVar(&cfg.schedulerURL, "scheduler-url", "https://127.0.0.1:10259", "kube-scheduler's secure port, for its metrics and CPU profile.")
 	flag.StringVar(&cfg.profile, "profile", "", "Write a kube-scheduler CPU profile of the full model's last churn here.")
 	flag.IntVar(&cfg.profileSeconds, "profile-seconds", 10, "Length of that profile.")
+	flag.StringVar(&cfg.benchProfile, "bench-profile", "", "Write a CPU profile of this process (the stand-in nodes' publishers) over the full model's last churn here.")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

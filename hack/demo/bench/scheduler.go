@@ -26,9 +26,14 @@ type scheduler struct {
 	pid  int
 	url  string
 	http *http.Client
+	// plane are the other control-plane processes by name, whose CPU
+	// the samples read too.
+	plane map[string]int
 }
 
-func newScheduler(cfg *rest.Config, pid int, url string) (*scheduler, error) {
+// newScheduler reads kube-scheduler at pid and url, and the processes
+// planePIDs names ("name=PID,...").
+func newScheduler(cfg *rest.Config, pid int, url, planePIDs string) (*scheduler, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("-scheduler-pid %d: want the PID of kube-scheduler (hack/demo/bench-cluster.sh passes it)", pid)
 	}
@@ -45,7 +50,19 @@ func newScheduler(cfg *rest.Config, pid int, url string) (*scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client for kube-scheduler at %s: %w", url, err)
 	}
-	return &scheduler{pid: pid, url: url, http: client}, nil
+	plane := map[string]int{}
+	for _, kv := range strings.Split(planePIDs, ",") {
+		if kv == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(kv, "=")
+		p, err := strconv.Atoi(value)
+		if err != nil || p <= 0 || name == "" {
+			return nil, fmt.Errorf("-control-plane-pids: %q is not name=PID", kv)
+		}
+		plane[name] = p
+	}
+	return &scheduler{pid: pid, url: url, http: client, plane: plane}, nil
 }
 
 // sample is the state at one moment.
@@ -56,6 +73,7 @@ type sample struct {
 	attempts           float64
 	publications       int64
 	load               string
+	planeCPU           map[string]time.Duration
 }
 
 func (s *scheduler) sample(ctx context.Context, f *clusternodes.Followers) sample {
@@ -66,8 +84,17 @@ func (s *scheduler) sample(ctx context.Context, f *clusternodes.Followers) sampl
 	return sample{
 		at: time.Now(), schedCPU: cpuTime(s.pid), benchCPU: cpuTime(os.Getpid()),
 		unschedulable: s.attempts(ctx, "unschedulable"), attempts: s.attempts(ctx, ""), publications: f.Publications(),
-		load: load,
+		load: load, planeCPU: planeCPU(s.plane),
 	}
+}
+
+// planeCPU reads the CPU time of each process of plane.
+func planeCPU(plane map[string]int) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(plane))
+	for name, pid := range plane {
+		out[name] = cpuTime(pid)
+	}
+	return out
 }
 
 // since is the phase from before to s, in which pods were bound.
@@ -77,7 +104,17 @@ func (s sample) since(before sample, pods int) phase {
 		unschedulable: s.unschedulable - before.unschedulable, attempts: s.attempts - before.attempts,
 		publications: s.publications - before.publications,
 		load:         before.load + " → " + s.load,
+		planeCPU:     diff(s.planeCPU, before.planeCPU),
 	}
+}
+
+// diff is a - b per name.
+func diff(a, b map[string]time.Duration) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(a))
+	for name, v := range a {
+		out[name] = v - b[name]
+	}
+	return out
 }
 
 // cpuTime is the user and system time of process pid so far, 0 when it
