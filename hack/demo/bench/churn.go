@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
@@ -246,9 +247,16 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 	fmt.Printf("  round %d %-10s filled: %d devices published on %d nodes; nodes by devices allocated on them: %v\n",
 		round+1, m.name, stored, len(names), byHeld)
 
-	var profiled <-chan error
+	var profiled, apiserverProfiled <-chan error
 	if profile != "" {
 		profiled = sched.profile(ctx, profile, cfg.profileSeconds)
+	}
+	if profile != "" && cfg.apiserverProfile != "" {
+		client, err := rest.HTTPClientFor(b.cluster.Config)
+		if err != nil {
+			return phase{}, phase{}, fmt.Errorf("kube-apiserver profile: %w", err)
+		}
+		apiserverProfiled = fetchProfile(ctx, client, b.cluster.Config.Host, cfg.apiserverProfile, cfg.profileSeconds)
 	}
 	if profile != "" && cfg.benchProfile != "" {
 		stop, err := profileSelf(cfg.benchProfile)
@@ -265,6 +273,13 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 		return phase{}, phase{}, fmt.Errorf("churn: %w", err)
 	}
 	churn := sched.sample(ctx, followers).since(filled, cfg.churnPods)
+	if apiserverProfiled != nil {
+		if err := <-apiserverProfiled; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: kube-apiserver CPU profile: %v\n", err)
+		} else {
+			fmt.Printf("  kube-apiserver CPU profile of the full model's churn (first %ds): %s\n", cfg.profileSeconds, cfg.apiserverProfile)
+		}
+	}
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			fmt.Fprintf(os.Stderr, "bench: scheduler CPU profile: %v\n", err)

@@ -64,6 +64,7 @@ type config struct {
 	schedulerPID                                int
 	controlPlanePIDs                            string
 	schedulerURL, profile, benchProfile         string
+	apiserverProfile                            string
 	profileSeconds                              int
 }
 
@@ -89,6 +90,7 @@ func main() {
 	flag.StringVar(&cfg.schedulerURL, "scheduler-url", "https://127.0.0.1:10259", "kube-scheduler's secure port, for its metrics and CPU profile.")
 	flag.StringVar(&cfg.profile, "profile", "", "Write a kube-scheduler CPU profile of the full model's last churn here.")
 	flag.IntVar(&cfg.profileSeconds, "profile-seconds", 10, "Length of that profile.")
+	flag.StringVar(&cfg.apiserverProfile, "apiserver-profile", "", "Write a kube-apiserver CPU profile of the full model's last churn (as long as -profile-seconds) here.")
 	flag.StringVar(&cfg.benchProfile, "bench-profile", "", "Write a CPU profile of this process (the stand-in nodes' publishers) over the full model's last churn here.")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -183,21 +183,27 @@ func (s *scheduler) metrics(ctx context.Context, prefix string) ([]string, error
 
 // profile fetches a CPU profile of seconds into path, in the background.
 func (s *scheduler) profile(ctx context.Context, path string, seconds int) <-chan error {
+	return fetchProfile(ctx, s.http, s.url, path, seconds)
+}
+
+// fetchProfile fetches a CPU profile of seconds from the component serving
+// /debug/pprof at url into path, in the background.
+func fetchProfile(ctx context.Context, client *http.Client, url, path string, seconds int) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.url, seconds), nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", url, seconds), nil)
 			if err != nil {
 				return err
 			}
-			resp, err := s.http.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = resp.Body.Close() }()
 			if resp.StatusCode != http.StatusOK {
 				body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-				return fmt.Errorf("GET %s/debug/pprof/profile: %s: %s", s.url, resp.Status, body)
+				return fmt.Errorf("GET %s/debug/pprof/profile: %s: %s", url, resp.Status, body)
 			}
 			f, err := os.Create(path)
 			if err != nil {
