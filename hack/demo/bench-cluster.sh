@@ -9,6 +9,8 @@
 # The scheduler under churn (issue #14; simulated nodes whose slices follow what is allocated
 # on them, pods/s and kube-scheduler CPU per pod, full model ÷ whole GPUs only):
 #   hack/demo/bench-cluster.sh -skip-latency -skip-throughput -churn-nodes 100 [-profile /tmp/sched.pprof]
+#   (each phase prints kube-scheduler's, kube-apiserver's, etcd's and the bench's own CPU per pod;
+#   -apiserver-profile and -bench-profile take those processes' CPU profiles beside -profile's)
 # With the patched kube-scheduler of docs/upstream-allocator.md (hack/upstream-allocator/build.sh):
 #   GDD_SCHEDULER_BIN_DIR=$(hack/upstream-allocator/build.sh --print-bin-dir) hack/demo/bench-cluster.sh ...
 # Environment: KEEP=1 keeps the cluster; GDD_STATE_DIR (/tmp/gdd); GDD_WAIT_FOR_CLUSTER (0);
