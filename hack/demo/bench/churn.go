@@ -130,6 +130,9 @@ func (b *bench) churn(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.profile+cfg.apiserverProfile+cfg.benchProfile != "" && !slices.ContainsFunc(turns, func(m model) bool { return m.name == "full" }) {
+		return fmt.Errorf("-profile, -apiserver-profile and -bench-profile profile the full model's churn: -churn-models %q has no full", cfg.churnModels)
+	}
 	printed := map[string]func(string) []*resourceapi.ResourceSlice{}
 	devices := map[string]int{}
 	for _, m := range turns {
@@ -153,10 +156,7 @@ func (b *bench) churn(ctx context.Context, cfg config) error {
 		// follows the same one (and pays for its garbage).
 		order := append(slices.Clone(turns[round%len(turns):]), turns[:round%len(turns)]...)
 		for _, m := range order {
-			profile := ""
-			if m.name == "full" && round == cfg.churnRounds-1 {
-				profile = cfg.profile
-			}
+			profile := m.name == "full" && round == cfg.churnRounds-1
 			fill, churn, err := b.churnModel(ctx, cfg, sched, m, round, printed[m.name], target, profile)
 			if err != nil {
 				return fmt.Errorf("model %s: %w", m.name, err)
@@ -181,9 +181,10 @@ func (b *bench) churn(ctx context.Context, cfg config) error {
 }
 
 // churnModel runs one model's fill and churn on nodes of its own and
-// removes them after.
+// removes them after; with profile, it takes the CPU profiles the flags ask
+// for over the churn.
 func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m model, round int,
-	slices func(string) []*resourceapi.ResourceSlice, target int, profile string) (phase, phase, error) {
+	slices func(string) []*resourceapi.ResourceSlice, target int, profile bool) (phase, phase, error) {
 	ctx, cancel := context.WithCancel(ctx) // the pod watch, leases and publishers of this model
 	defer cancel()
 	label := map[string]string{benchLabel: "churn-" + m.name}
@@ -248,17 +249,17 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 		round+1, m.name, stored, len(names), byHeld)
 
 	var profiled, apiserverProfiled <-chan error
-	if profile != "" {
-		profiled = sched.profile(ctx, profile, cfg.profileSeconds)
+	if profile && cfg.profile != "" {
+		profiled = sched.profile(ctx, cfg.profile, cfg.profileSeconds)
 	}
-	if profile != "" && cfg.apiserverProfile != "" {
+	if profile && cfg.apiserverProfile != "" {
 		client, err := rest.HTTPClientFor(b.cluster.Config)
 		if err != nil {
 			return phase{}, phase{}, fmt.Errorf("kube-apiserver profile: %w", err)
 		}
 		apiserverProfiled = fetchProfile(ctx, client, b.cluster.Config.Host, cfg.apiserverProfile, cfg.profileSeconds)
 	}
-	if profile != "" && cfg.benchProfile != "" {
+	if profile && cfg.benchProfile != "" {
 		stop, err := profileSelf(cfg.benchProfile)
 		if err != nil {
 			return phase{}, phase{}, err
@@ -284,7 +285,7 @@ func (b *bench) churnModel(ctx context.Context, cfg config, sched *scheduler, m 
 		if err := <-profiled; err != nil {
 			fmt.Fprintf(os.Stderr, "bench: scheduler CPU profile: %v\n", err)
 		} else {
-			fmt.Printf("  scheduler CPU profile of the full model's churn (first %ds): %s\n", cfg.profileSeconds, profile)
+			fmt.Printf("  scheduler CPU profile of the full model's churn (first %ds): %s\n", cfg.profileSeconds, cfg.profile)
 		}
 	}
 	return fill, churn, nil
