@@ -123,7 +123,7 @@ func Add(ctx context.Context, client kubernetes.Interface, name string, labels m
 	}
 	// The node lifecycle controller's grace period starts now; RenewLeases
 	// keeps the Lease fresh after.
-	if _, err := renewLease(ctx, client, name, nil); err != nil {
+	if err := createLease(ctx, client, name); err != nil {
 		return err
 	}
 	for _, s := range slices {

@@ -10,8 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-helpers/apimachinery/lease"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -21,11 +22,15 @@ import (
 // or more per request.
 const leaseRenewPeriod = 5 * time.Second
 
+// leaseDurationSeconds is the kubelet's default node Lease duration.
+const leaseDurationSeconds = 40
+
 // RenewLeases keeps the nodes' Leases fresh until stop is called, so the node
-// lifecycle controller does not taint them unreachable. Each node renews on
-// its own: a pass over a hundred nodes one request after another outlasted
-// the grace period on a loaded API server, and the nodes at the end of the
-// list went unreachable in the middle of a benchmark.
+// lifecycle controller does not taint them unreachable. Each node runs the
+// kubelet's own node Lease controller: a pass over a hundred nodes one
+// request after another outlasted the grace period on a loaded API server,
+// and the nodes at the end of the list went unreachable in the middle of a
+// benchmark.
 func RenewLeases(ctx context.Context, client kubernetes.Interface, nodes []string) (stop func()) {
 	return renewLeases(ctx, client, nodes, leaseRenewPeriod)
 }
@@ -34,53 +39,22 @@ func renewLeases(ctx context.Context, client kubernetes.Interface, nodes []strin
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, n := range nodes {
-		wg.Go(func() {
-			var lease *coordinationv1.Lease
-			// Jitter spreads the nodes' renewals over the period.
-			wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
-				lease, _ = renewLease(ctx, client, n, lease) // the next period tries again
-			}, period, 0.2, true)
-		})
+		c := lease.NewController(clock.RealClock{}, client, n, leaseDurationSeconds, nil, period, n, corev1.NamespaceNodeLease, nil)
+		wg.Go(func() { c.Run(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }
 }
 
-// renewLease renews node's Lease, last as this node stored it (nil when not
-// known), and returns it as stored now: an update from what it stored saves
-// a read, a conflict reads it again, and a Lease that is gone is created.
-func renewLease(ctx context.Context, client kubernetes.Interface, node string, last *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+// createLease creates node's Lease as its kubelet would, renewed now; one
+// that exists already is left to RenewLeases.
+func createLease(ctx context.Context, client kubernetes.Interface, node string) error {
 	now := metav1.NewMicroTime(time.Now())
-	if last != nil {
-		l := last.DeepCopy()
-		l.Spec.RenewTime = &now
-		if stored, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
-			return stored, nil
-		}
-	}
-	l, err := leases.Get(ctx, node, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		stored, err := leases.Create(ctx, nodeLease(node, now), metav1.CreateOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("create the Lease of node %s: %w", node, err)
-		}
-		return stored, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the Lease of node %s: %w", node, err)
-	}
-	l.Spec.RenewTime = &now
-	stored, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("renew the Lease of node %s: %w", node, err)
-	}
-	return stored, nil
-}
-
-// nodeLease is node's Lease as its kubelet would create it.
-func nodeLease(node string, renewed metav1.MicroTime) *coordinationv1.Lease {
-	return &coordinationv1.Lease{
+	_, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renewed},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](leaseDurationSeconds), RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the Lease of node %s: %w", node, err)
 	}
+	return nil
 }
